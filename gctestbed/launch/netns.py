@@ -1,0 +1,67 @@
+"""The embedded default launcher: every node is a network namespace on this host.
+
+Needs root and nothing else: no images, no daemons. The cluster is a star (see net/star.py);
+the one-way latency between two nodes crosses two shaped egresses, so each carries half.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+import psutil
+
+from ..net import namespaces, shaping, star
+from ..spec import RunSpec, UserError
+from .nodeenv import node_environment
+from .state import RunState
+
+
+@dataclass
+class Node:
+    rank: int
+    name: str
+    address: str
+
+
+class NetnsCluster:
+    """N namespace nodes joined by shaped links; everything created goes through the ledger."""
+
+    def __init__(self, spec: RunSpec, state: RunState):
+        self.spec, self.state = spec, state
+        self.star: star.Star | None = None
+
+    def up(self) -> list[Node]:
+        if os.geteuid() != 0:
+            raise UserError("the netns launcher needs root to create namespaces and qdiscs: rerun with sudo.")
+        link = self.spec.link
+        half = shaping.Shape(rate_bps=link.bw_bps, delay_s=link.latency_s / 2)
+        self.star = star.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.nodes,
+                               uplink=half, downlink=half, record=self.state.add)
+        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.star.nodes]
+
+    def describe(self) -> dict:
+        """The qdisc configuration actually in the kernel, with its counters."""
+        return self.star.describe() if self.star else {}
+
+    def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str]) -> subprocess.Popen:
+        """Start ``argv`` inside the node's namespace with the node environment."""
+        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
+        env = {**os.environ, **extra_env,
+               **node_environment(node.rank, self.spec.nodes, self.star.nodes[0].address, node.name, threads)}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=lambda: namespaces.enter(node.name))
+        self.state.add("process", name=node.name, pid=proc.pid, started=_start_time(proc.pid))
+        return proc
+
+    def down(self) -> list[str]:
+        return self.state.undo()
+
+
+def _start_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0

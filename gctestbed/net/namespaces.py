@@ -1,0 +1,95 @@
+"""Network namespaces: create, enter, list their processes, remove — all through pyroute2.
+
+Namespaces are named (bind-mounted under /run/netns) so that tools such as ``ip netns`` see
+them and ``gctestbed clean`` can find them again from a ledger after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from typing import Iterable, Iterator
+
+import psutil
+from pyroute2 import IPRoute, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..spec import UserError
+
+NETNS_DIR = "/run/netns"
+
+
+def create(name: str) -> None:
+    try:
+        netns.create(name)
+    except PermissionError:
+        raise UserError("creating network namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): rerun with sudo.") from None
+
+
+def exists(name: str) -> bool:
+    return os.path.exists(os.path.join(NETNS_DIR, name))
+
+
+def remove(name: str) -> None:
+    """Delete a namespace; its interfaces and their qdiscs go with it. Missing is fine."""
+    if not exists(name):
+        return
+    try:
+        netns.remove(name)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.EINVAL):
+            raise
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(NETNS_DIR, name))
+
+
+@contextlib.contextmanager
+def iproute(name: str | None) -> Iterator[IPRoute]:
+    """A netlink socket inside namespace ``name`` (the host's when None); never creates one."""
+    ipr = IPRoute() if name is None else IPRoute(netns=name, flags=0)
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def enter(name: str) -> None:
+    """Move the calling process into a namespace (for a child's preexec_fn)."""
+    netns.setns(name, flags=0)
+
+
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def processes_in(names: Iterable[str]) -> list[psutil.Process]:
+    """Every process whose network namespace is one of ``names``."""
+    wanted = {i for i in (_inode(os.path.join(NETNS_DIR, n)) for n in names) if i}
+    if not wanted:
+        return []
+    found = []
+    for pid in psutil.pids():
+        if _inode(f"/proc/{pid}/ns/net") in wanted:
+            with contextlib.suppress(psutil.Error):
+                found.append(psutil.Process(pid))
+    return found
+
+
+def delete_link(ifname: str, namespace: str | None = None) -> None:
+    """Delete an interface by name (its veth peer goes too). Missing is fine."""
+    if namespace is not None and not exists(namespace):
+        return
+    with iproute(namespace) as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            return
+        try:
+            ipr.link("del", index=idx[0])
+        except NetlinkError as e:
+            if e.code != errno.ENODEV:
+                raise OSError(e.code, str(e)) from None

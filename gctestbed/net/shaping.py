@@ -1,0 +1,118 @@
+"""One direction of a link in, traffic-control configuration out (pyroute2 netlink, no tc strings).
+
+Every launcher shapes through this module. An egress gets an htb root with one class whose rate
+and ceil are the link rate (htb carries 64-bit rates, so 100gbit works) and whose burst is a few
+milliseconds of that rate but at least two full frames: a bucket much larger than that never
+empties and silently removes the limit; a smaller one cannot keep the link busy. Delay, where
+asked, is a netem leaf under the class.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+from dataclasses import dataclass
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..spec import UserError
+
+FRAME_BYTES = 1514          # a full Ethernet frame at MTU 1500, headers included
+BURST_TIME_S = 0.002        # bucket depth in time at the link rate
+PSCHED_TICK_S = 64e-9       # the kernel's psched tick (PSCHED_SHIFT = 6)
+ROOT, CLASS, LEAF = 0x10000, 0x10001, 0x100000   # 1:, 1:1, 10:
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one egress should do: rate in bits/s, added one-way delay in seconds."""
+
+    rate_bps: int
+    delay_s: float = 0.0
+
+
+def burst_bytes(rate_bps: int) -> int:
+    """Token-bucket depth for a rate: ~2 ms of traffic, never below two full frames."""
+    return max(2 * FRAME_BYTES, math.ceil(rate_bps / 8 * BURST_TIME_S))
+
+
+def netem_limit_packets(rate_bps: int, delay_s: float) -> int:
+    """netem's queue must hold at least a bandwidth-delay product (plus room for bursts)."""
+    bdp_packets = rate_bps / 8 * delay_s / FRAME_BYTES
+    return max(1000, math.ceil(2 * bdp_packets))
+
+
+def apply(ipr: IPRoute, ifname: str, shape: Shape) -> None:
+    """Replace the egress configuration of ``ifname`` with ``shape``."""
+    index = _index(ipr, ifname)
+    rate = shape.rate_bps // 8
+    burst = burst_bytes(shape.rate_bps)
+    _tc(ipr, "add", "htb", index, ROOT, default=1)
+    _tc(ipr, "add-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
+    if shape.delay_s > 0:
+        _tc(ipr, "add", "netem", index, LEAF, parent=CLASS,
+            delay=round(shape.delay_s * 1e6), limit=netem_limit_packets(shape.rate_bps, shape.delay_s))
+
+
+def clear(ipr: IPRoute, ifname: str) -> None:
+    """Remove the root qdisc of ``ifname`` (the kernel's default comes back)."""
+    try:
+        ipr.tc("del", index=_index(ipr, ifname), handle=0, parent=0xFFFFFFFF)
+    except NetlinkError as e:
+        if e.code not in (errno.ENOENT, errno.EINVAL):
+            raise
+
+
+def describe(ipr: IPRoute, ifname: str) -> dict:
+    """The configuration the kernel reports for ``ifname``: qdiscs, htb classes and counters."""
+    index = _index(ipr, ifname)
+    qdiscs = [{"kind": q.get_attr("TCA_KIND"), "handle": _handle(q["handle"]), "parent": _handle(q["parent"]),
+               **_stats(q)} for q in ipr.get_qdiscs(index=index)]
+    classes = []
+    for c in ipr.get_classes(index=index):
+        entry = {"kind": c.get_attr("TCA_KIND"), "classid": _handle(c["handle"]), "parent": _handle(c["parent"]), **_stats(c)}
+        options = c.get_attr("TCA_OPTIONS")
+        parms = options.get_attr("TCA_HTB_PARMS") if options else None
+        if parms:
+            rate = options.get_attr("TCA_HTB_RATE64") or parms["rate"]
+            ceil = options.get_attr("TCA_HTB_CEIL64") or parms["ceil"]
+            entry.update(rate_bps=rate * 8, ceil_bps=ceil * 8,
+                         burst_bytes=round(parms["buffer"] * PSCHED_TICK_S * rate),
+                         cburst_bytes=round(parms["cbuffer"] * PSCHED_TICK_S * ceil))
+        classes.append(entry)
+    return {"qdiscs": qdiscs, "classes": classes}
+
+
+def _stats(msg) -> dict:
+    stats = msg.get_attr("TCA_STATS2")
+    basic = stats.get_attr("TCA_STATS_BASIC") if stats else None
+    queue = stats.get_attr("TCA_STATS_QUEUE") if stats else None
+    out = {}
+    if basic:
+        out.update(sent_bytes=basic["bytes"], sent_packets=basic["packets"])
+    if queue:
+        out.update(drops=queue["drops"], overlimits=queue["overlimits"])
+    return out
+
+
+def _handle(h: int) -> str:
+    if h == 0xFFFFFFFF:
+        return "root"
+    return f"{h >> 16:x}:{h & 0xFFFF:x}"
+
+
+def _index(ipr: IPRoute, ifname: str) -> int:
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise OSError(errno.ENODEV, f"no interface named {ifname}")
+    return found[0]
+
+
+def _tc(ipr: IPRoute, command: str, kind: str, index: int, handle: int, **kw) -> None:
+    try:
+        ipr.tc(command, kind, index, handle, **kw)
+    except NetlinkError as e:
+        if e.code == errno.ENOENT and command == "add":
+            raise UserError(f"this kernel has no '{kind}' qdisc (module sch_{kind}); load it or run without the option that needs it.") from None
+        raise

@@ -1,0 +1,49 @@
+"""The shaper really limits: TCP between two node namespaces runs at the configured rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from gctestbed.net import namespaces, shaping, star, tcpprobe
+
+pytestmark = pytest.mark.root
+
+
+def test_burst_is_a_few_ms_and_at_least_two_frames():
+    assert shaping.burst_bytes(1_000_000) == 2 * shaping.FRAME_BYTES
+    assert shaping.burst_bytes(1_000_000_000) == 250_000          # 2 ms at 1 gbit
+    assert shaping.burst_bytes(100_000_000_000) == 25_000_000     # 64-bit rates keep scaling
+
+
+@pytest.mark.parametrize("rate_bps", [50_000_000, 200_000_000])
+def test_tcp_throughput_matches_configured_rate(ledger, rate_bps):
+    shape = shaping.Shape(rate_bps=rate_bps)
+    net = star.build(f"gct-{ledger.run_id}", ledger.subnet, 2, uplink=shape, downlink=shape, record=ledger.add)
+    a, b = net.nodes
+    measured = tcpprobe.throughput_bps(b.netns, b.address, a.netns, seconds=3)
+    assert abs(measured - rate_bps) / rate_bps < 0.10, f"{measured / 1e6:.1f} Mbit/s through a {rate_bps / 1e6:g} Mbit/s link"
+
+
+def test_applied_configuration_is_read_back_from_the_kernel(ledger):
+    shape = shaping.Shape(rate_bps=10_000_000_000)
+    net = star.build(f"gct-{ledger.run_id}", ledger.subnet, 1, uplink=shape, downlink=shape, record=ledger.add)
+    applied = net.describe()
+    assert set(applied) == {f"{net.nodes[0].netns}/eth0", f"{net.switch_ns}/{net.nodes[0].switch_port}"}
+    for config in applied.values():
+        assert [q["kind"] for q in config["qdiscs"]][0] == "htb"
+        (cls,) = config["classes"]
+        assert cls["rate_bps"] == cls["ceil_bps"] == 10_000_000_000
+        assert abs(cls["burst_bytes"] - shaping.burst_bytes(10_000_000_000)) / shaping.burst_bytes(10_000_000_000) < 0.02
+
+
+def test_teardown_leaves_nothing(state_dir):
+    from gctestbed.launch.state import RunState
+
+    state = RunState.create()
+    shape = shaping.Shape(rate_bps=100_000_000)
+    net = star.build(f"gct-{state.run_id}", state.subnet, 3, uplink=shape, downlink=shape, record=state.add)
+    names = [net.switch_ns] + [n.netns for n in net.nodes]
+    assert all(namespaces.exists(n) for n in names)
+    assert state.undo() == []
+    assert not any(namespaces.exists(n) for n in names)
+    assert not (state_dir / f"{state.run_id}.json").exists()
