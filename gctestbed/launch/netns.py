@@ -32,9 +32,14 @@ class NetnsCluster:
         self.spec, self.state = spec, state
         self.star: star.Star | None = None
 
-    def up(self) -> list[Node]:
+    @staticmethod
+    def check_host() -> None:
+        """Refuse early, before anything is created, when this host cannot run the launcher."""
         if os.geteuid() != 0:
             raise UserError("the netns launcher needs root to create namespaces and qdiscs: rerun with sudo.")
+
+    def up(self) -> list[Node]:
+        self.check_host()
         link = self.spec.link
         half = shaping.Shape(rate_bps=link.bw_bps, delay_s=link.latency_s / 2)
         self.star = star.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.nodes,

@@ -1,0 +1,5 @@
+"""``python -m gctestbed`` is the ``gctestbed`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,174 @@
+"""The gctestbed command line: parse, call, print. Nothing else lives here.
+
+A mistake the user can fix prints one sentence and exits 2; a run that fails exits 1 with its
+error; Ctrl-C tears the cluster down and exits 130.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import compress, results, runner, workloads
+from .spec import (MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
+                   parse_choice, parse_duration, parse_rate, resolve_options)
+
+console = Console(stderr=True)
+
+
+class Cli(click.Group):
+    """A group that turns UserError into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            click.echo(f"gctestbed: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gctestbed")
+def main() -> None:
+    """Measure whether gradient compression speeds up data-parallel training on a shaped network."""
+
+
+@main.command()
+@click.option("--nodes", default="2", show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}.")
+@click.option("--bw", default="1gbit", show_default=True,
+              help="Link rate per direction, in tc's units: bit, kbit, mbit, gbit, tbit are BITS per second; "
+                   "bps, kbps, mbps, gbps are BYTES per second (so 100mbps = 800mbit).")
+@click.option("--latency", default="0", show_default=True,
+              help="One-way delay between two nodes (us, ms or s); needs the netem qdisc.")
+@click.option("--compressor", default="none", show_default=True,
+              help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
+@click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
+@click.option("--steps", default="20", show_default=True, help="Training steps.")
+@click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
+@click.option("--lr", default="0.05", show_default=True, help="SGD learning rate (momentum 0.9).")
+@click.option("--seed", default="0", show_default=True, help="Seed of the model, the teacher and the data.")
+@click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
+@click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
+@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
+def run(nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
+    """Train once on N shaped nodes and record every step."""
+    spec = build_spec(nodes=nodes, bw=bw, latency=latency, compressor=compressor, workload=workload, steps=steps,
+                      batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
+                      results_dir=results_dir)
+    console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
+                  f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, workload {spec.workload}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
+        task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
+
+        def progress(done: int, total: int, row: dict) -> None:
+            bar.update(task, completed=done, info=f"loss {row['loss']:.4f}  step {row['step_s']:.3f}s")
+
+        try:
+            summary = runner.run(spec, progress)
+        except runner.Interrupted:
+            console.print(f"interrupted: run {spec.run_id} torn down and recorded as failed")
+            sys.exit(130)
+    _print_summary(summary)
+    if summary["status"] != "ok":
+        click.echo(f"gctestbed: run {summary['run_id']} failed: {summary['error']}", err=True)
+        sys.exit(1)
+
+
+def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
+               results_dir) -> RunSpec:
+    """Everything typed on the command line, parsed and checked, as a RunSpec."""
+    comp_name, comp_options = compress.resolve(compressor)
+    wl_name, wl_raw = parse_choice(workload, "workload")
+    try:
+        wl_options = resolve_options(f"workload '{wl_name}'", workloads.options_class(wl_name), wl_raw)
+    except KeyError as e:
+        raise SpecError(f"{e.args[0]}.") from None
+    spec = RunSpec(nodes=_int("--nodes", nodes), link=LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency)),
+                   compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
+                   steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
+                   seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
+                   timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir)
+    spec.validate()
+    return spec
+
+
+def _int(flag: str, text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise SpecError(f"{flag} must be a whole number, got '{text}'.") from None
+
+
+def _float(flag: str, text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise SpecError(f"{flag} must be a number, got '{text}'.") from None
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--all", "show_all", is_flag=True, help="Summarise every stored run.")
+@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+def show(run_id, as_json, show_all, results_dir):
+    """Summarise a run (the latest when RUN_ID is omitted; a prefix of the id is enough)."""
+    conn = results.connect(results_dir, create=False)
+    rows = [results.find_run(conn, r["run_id"]) for r in results.list_runs(conn)] if show_all else [results.find_run(conn, run_id)]
+    summaries = [results.summarize(conn, r) for r in rows]
+    if as_json:
+        click.echo(json.dumps(summaries if show_all else summaries[0], indent=2))
+    else:
+        for s in summaries:
+            _print_summary(s)
+
+
+@main.command()
+def clean():
+    """Remove namespaces, links, qdiscs and processes left by runs whose gctestbed process died."""
+    run_ids, problems = runner.clean()
+    for run_id in run_ids:
+        click.echo(f"cleaned run {run_id}")
+    if not run_ids:
+        click.echo("nothing to clean")
+    if problems:
+        click.echo("could not remove: " + "; ".join(problems), err=True)
+        sys.exit(1)
+
+
+def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
+    return "-" if value is None else f"{value / scale:.{digits}g}{unit}"
+
+
+def _print_summary(s: dict) -> None:
+    table = Table(title=f"run {s['run_id']}  [{s['status']}]", show_header=False)
+    rows = [
+        ("compressor", s["compressor"]), ("workload", s["workload"]), ("nodes", str(s["nodes"])),
+        ("link", f"{format_rate(s['bw_bps'])}, latency {format_duration(s['latency_s'])}"),
+        ("steps recorded", f"{s['steps_recorded']} / {s['steps']}"),
+        ("median step", _fmt(s["median_step_s"], " s")),
+        ("  compute (fwd+bwd, incl. waiting on comm)", _fmt(s["median_compute_s"], " s")),
+        ("  communication span", _fmt(s["median_comm_s"], " s")),
+        ("samples/s", _fmt(s["samples_per_s"])),
+        ("payload per step (accounting)", _fmt(s["payload_bytes_per_step"], " MB", 1e6)),
+        ("sent per node per step (eth0)", _fmt(s["wire_bytes_per_step"], " MB", 1e6)),
+        ("all-reduce bus bandwidth", _fmt(s["busbw_bps"], " Mbit/s", 1e6)
+         + (f"  ({s['busbw_fraction_of_link']:.1%} of link)" if s["busbw_fraction_of_link"] else "")),
+        ("final loss", _fmt(s["final_loss"], digits=5)),
+        ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s["params_identical"]]),
+    ]
+    if s["error"]:
+        rows.append(("error", s["error"]))
+    for k, v in rows:
+        table.add_row(k, v)
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Every compressor by name, and the parsing of ``--compressor name:key=value,...``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import SpecError, parse_choice, resolve_options
+from .base import COLLECTIVES, Compressor
+
+_REGISTRY: dict[str, type[Compressor]] = {}
+
+
+def register(cls: type[Compressor]) -> type[Compressor]:
+    """Class decorator: make a compressor available under ``cls.name``."""
+    if cls.collective not in COLLECTIVES:
+        raise ValueError(f"{cls.__name__}.collective must be one of {COLLECTIVES}")
+    if cls.name in _REGISTRY:
+        raise ValueError(f"two compressors are named {cls.name!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[Compressor]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise SpecError(f"unknown compressor '{name}'; available: {', '.join(names())}.") from None
+
+
+def resolve(text: str) -> tuple[str, dict[str, Any]]:
+    """``dgc:ratio=0.001`` -> ("dgc", every option of dgc with its value or default)."""
+    name, raw = parse_choice(text, "compressor")
+    cls = get(name)
+    return name, resolve_options(f"compressor '{name}'", cls.Options, raw)
+
+
+def create(name: str, options: dict[str, Any]) -> Compressor:
+    return get(name)(**options)

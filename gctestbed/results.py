@@ -1,0 +1,216 @@
+"""The results store: one SQLite file per results directory, shared by the runner and all workers.
+
+WAL mode lets every worker commit its steps while the runner reads progress, and each step is
+its own transaction, so a node that dies loses nothing it had recorded. Analysis reads only this
+store, never logs, so a report can be rebuilt at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import statistics
+import time
+from typing import Any, Iterable
+
+from .spec import RunSpec, UserError
+
+DB_NAME = "gctestbed.sqlite"
+SCHEMA_VERSION = 1
+STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
+               "tx_bytes", "rx_bytes", "payload_bytes", "buckets")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      TEXT PRIMARY KEY,
+    created_at  REAL NOT NULL,
+    finished_at REAL,
+    status      TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed')),
+    error       TEXT,
+    spec        TEXT NOT NULL,
+    environment TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    run_id       TEXT NOT NULL REFERENCES runs(run_id),
+    rank         INTEGER NOT NULL,
+    name         TEXT,
+    address      TEXT,
+    exit_code    INTEGER,
+    param_sha256 TEXT,
+    PRIMARY KEY (run_id, rank)
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id        TEXT NOT NULL REFERENCES runs(run_id),
+    rank          INTEGER NOT NULL,
+    step          INTEGER NOT NULL,
+    t             REAL NOT NULL,
+    step_s        REAL NOT NULL,
+    compute_s     REAL,
+    optim_s       REAL,
+    comm_s        REAL,
+    encode_s      REAL,
+    decode_s      REAL,
+    loss          REAL,
+    tx_bytes      INTEGER,
+    rx_bytes      INTEGER,
+    payload_bytes INTEGER,
+    buckets       INTEGER,
+    PRIMARY KEY (run_id, rank, step)
+);
+"""
+
+
+def db_path(results_dir: str) -> str:
+    return os.path.join(os.path.abspath(results_dir), DB_NAME)
+
+
+def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
+    """Open (and if asked create) the store of ``results_dir``."""
+    path = db_path(results_dir)
+    if not create and not os.path.exists(path):
+        raise UserError(f"there is no results store at {path}: run 'gctestbed run' first or pass --results DIR.")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fresh = not os.path.exists(path)
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        if fresh:
+            os.chmod(path, 0o600)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA foreign_keys=ON")
+        with conn:
+            conn.executescript(SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    except (OSError, sqlite3.DatabaseError) as e:
+        raise UserError(f"cannot open the results store {path}: {e}; check the directory is writable and the file is a gctestbed store.") from None
+    return conn
+
+
+class Recorder:
+    """Writes one run's rows. The runner owns the run row; each worker writes its own steps."""
+
+    def __init__(self, results_dir: str, run_id: str):
+        self.conn = connect(results_dir)
+        self.run_id = run_id
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def start_run(self, spec: RunSpec, environment: dict) -> None:
+        with self.conn:
+            self.conn.execute("INSERT INTO runs (run_id, created_at, status, spec, environment) VALUES (?, ?, 'running', ?, ?)",
+                              (self.run_id, time.time(), spec.to_json(), json.dumps(environment)))
+
+    def update_environment(self, **items: Any) -> None:
+        with self.conn:
+            row = self.conn.execute("SELECT environment FROM runs WHERE run_id=?", (self.run_id,)).fetchone()
+            env = {**json.loads(row["environment"]), **items}
+            self.conn.execute("UPDATE runs SET environment=? WHERE run_id=?", (json.dumps(env), self.run_id))
+
+    def finish_run(self, status: str, error: str | None = None) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?",
+                              (status, error, time.time(), self.run_id))
+
+    def node(self, rank: int, **fields: Any) -> None:
+        """Insert or update the row of node ``rank`` (name, address, exit_code, param_sha256)."""
+        with self.conn:
+            self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
+            for key, value in fields.items():
+                if key not in ("name", "address", "exit_code", "param_sha256"):
+                    raise KeyError(key)
+                self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
+
+    def step(self, rank: int, step: int, **values: Any) -> None:
+        """Commit one step of one rank; unknown fields are an error, missing ones are NULL."""
+        unknown = set(values) - set(STEP_FIELDS)
+        if unknown:
+            raise KeyError(sorted(unknown))
+        cols = ["run_id", "rank", "step", "t", *values]
+        with self.conn:
+            self.conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                              (self.run_id, rank, step, time.time(), *values.values()))
+
+
+def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
+    """The run whose id starts with ``run``, or the latest run when ``run`` is None."""
+    if run is None:
+        row = conn.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+        if row is None:
+            raise UserError("the results store has no runs yet: start one with 'gctestbed run'.")
+        return row
+    rows = conn.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY created_at DESC", (f"{run}%",)).fetchall()
+    if not rows:
+        raise UserError(f"no run matches '{run}': 'gctestbed show --all' lists the stored runs.")
+    if len(rows) > 1:
+        raise UserError(f"'{run}' matches {len(rows)} runs: give more characters of the run id.")
+    return rows[0]
+
+
+def list_runs(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    return conn.execute("SELECT run_id FROM runs ORDER BY created_at").fetchall()
+
+
+def last_step(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM steps WHERE run_id=? AND rank=? ORDER BY step DESC LIMIT 1",
+                        (run_id, rank)).fetchone()
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
+    """The figures of one run, from its stored rows only.
+
+    Step figures are medians over steps, leaving out step 0 (DDP builds its buckets there) when
+    there are later steps. Bus bandwidth follows nccl-tests: the bytes each node must send for a
+    ring all-reduce of the payload, 2(n-1)/n of it, over the measured communication time.
+    """
+    spec = RunSpec.from_json(run["spec"])
+    rows = conn.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step, rank", (run["run_id"],)).fetchall()
+    done = {}
+    for r in rows:
+        done.setdefault(r["step"], []).append(r)
+    complete = sorted(s for s, rs in done.items() if len(rs) == spec.nodes)
+    measured = [s for s in complete if s > 0] or complete
+    per_step = [done[s] for s in measured]
+    step_s = _median(max(r["step_s"] for r in rs) for rs in per_step)
+    n = spec.nodes
+    busbw = _median(r["payload_bytes"] * 8 * 2 * (n - 1) / n / r["comm_s"]
+                    for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"])
+    last = done[complete[-1]] if complete else []
+    nodes = conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run["run_id"],)).fetchall()
+    return {
+        "run_id": run["run_id"],
+        "status": run["status"],
+        "error": run["error"],
+        "compressor": spec.compressor,
+        "compressor_options": spec.compressor_options,
+        "workload": spec.workload,
+        "nodes": n,
+        "bw_bps": spec.link.bw_bps,
+        "latency_s": spec.link.latency_s,
+        "steps": spec.steps,
+        "steps_recorded": len(complete),
+        "median_step_s": step_s,
+        "samples_per_s": n * spec.batch_size / step_s if step_s else None,
+        "median_compute_s": _median(r["compute_s"] for rs in per_step for r in rs),
+        "median_comm_s": _median(r["comm_s"] for rs in per_step for r in rs),
+        "wire_bytes_per_step": _median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
+        "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
+        "busbw_bps": busbw,
+        "busbw_fraction_of_link": busbw / spec.link.bw_bps if busbw else None,
+        "final_loss": _mean(r["loss"] for r in last),
+        "params_identical": len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
+        "created_at": run["created_at"],
+        "finished_at": run["finished_at"],
+    }

@@ -1,0 +1,194 @@
+"""One run, start to finish: ledger, cluster, one worker per node, supervision, status, teardown.
+
+The runner never prints; it reports progress through a callback so the CLI decides how to show
+it. Whatever happens — success, a dead node, Ctrl-C, an exception — the cluster is torn down
+from its ledger and the run's status and error are written to the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from importlib import metadata
+from typing import Callable, Iterator
+
+from . import results
+from .launch import state as ledger
+from .launch.netns import NetnsCluster, Node
+from .spec import RunSpec
+
+Progress = Callable[[int, int, dict], None]
+POLL_S = 0.25
+
+
+class Interrupted(Exception):
+    """The run was stopped by SIGINT or SIGTERM; the cluster has been torn down."""
+
+
+def environment() -> dict:
+    """What the run ran on, so a stored run can be reproduced and compared."""
+    def version(pkg: str) -> str | None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"hostname": socket.gethostname(), "kernel": platform.release(), "python": platform.python_version(),
+            "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": version("gctestbed"),
+            "cpu": cpu, "cpus": os.cpu_count(), "launcher": "netns"}
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
+    """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
+    NetnsCluster.check_host()
+    state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
+    spec.run_id = state.run_id
+    run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
+    cluster = NetnsCluster(spec, state)
+    recorder = None
+    status, error = "failed", None
+    try:
+        with _signals_raise():
+            nodes = cluster.up()
+            os.makedirs(run_dir, exist_ok=True)
+            spec_path = os.path.join(run_dir, "spec.json")
+            with open(spec_path, "w") as f:
+                f.write(spec.to_json())
+            recorder = results.Recorder(spec.results_dir, spec.run_id)
+            recorder.start_run(spec, {**environment(), "shaping": cluster.describe()})
+            procs = {}
+            for node in nodes:
+                recorder.node(node.rank, name=node.name, address=node.address)
+                procs[node.rank] = cluster.spawn(node, [sys.executable, "-m", "gctestbed.worker", spec_path],
+                                                 os.path.join(run_dir, f"node{node.rank}.log"), {})
+            error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
+            status = "ok" if error is None else "failed"
+    except Interrupted:
+        error = f"interrupted by the user{_at_step(recorder, spec)}"
+        raise
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        with _signals_ignored():
+            if recorder is not None:
+                with contextlib.suppress(Exception):
+                    recorder.update_environment(qdisc_stats=cluster.describe())
+            problems = cluster.down()
+            if problems:
+                error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)
+                status = "failed"
+            if recorder is not None:
+                recorder.finish_run(status, error)
+    summary = results.summarize(recorder.conn, results.find_run(recorder.conn, spec.run_id))
+    recorder.close()
+    return summary
+
+
+def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
+               on_progress: Progress | None) -> str | None:
+    """Wait for every worker; on the first failure stop the rest and say which node failed and how."""
+    seen = -1
+    while True:
+        codes = {rank: p.poll() for rank, p in procs.items()}
+        failed = [rank for rank, code in codes.items() if code not in (None, 0)]
+        if failed:
+            rank = failed[0]
+            for p in procs.values():
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGKILL)
+            for r, p in procs.items():
+                recorder.node(r, exit_code=p.wait())
+            last = results.last_step(recorder.conn, spec.run_id, rank)
+            where = f"after step {last['step']}" if last else "before its first step"
+            log = os.path.join(run_dir, f"node{rank}.log")
+            return f"node {rank} ({nodes[rank].name}) {_exit_text(codes[rank])} {where}{_log_tail(log)}"
+        if all(code == 0 for code in codes.values()):
+            for r in procs:
+                recorder.node(r, exit_code=0)
+            return None
+        row = results.last_step(recorder.conn, spec.run_id, 0)
+        if on_progress and row is not None and row["step"] != seen:
+            seen = row["step"]
+            on_progress(seen + 1, spec.steps, dict(row))
+        time.sleep(POLL_S)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _log_tail(path: str) -> str:
+    lines = [line.strip() for line in _read(path).splitlines() if line.strip()]
+    return f"; its log ends: {lines[-1][:300]}" if lines else ""
+
+
+def _at_step(recorder: results.Recorder | None, spec: RunSpec) -> str:
+    row = results.last_step(recorder.conn, spec.run_id, 0) if recorder else None
+    return f" after step {row['step']}" if row else ""
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM become Interrupted, so teardown runs in the finally of the caller.
+
+    Only in this process: pyroute2 forks helpers (to open sockets inside namespaces) and
+    subprocess forks before exec; a signal there must end that child the default way, not unwind
+    a copy of this stack through our teardown.
+    """
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Interrupted(signal.Signals(signum).name)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C must not cut teardown short."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def clean() -> tuple[list[str], list[str]]:
+    """Remove what dead runs left; mark their runs failed in their stores. Returns (run ids, problems)."""
+    cleaned, problems = ledger.clean_dead()
+    for st in cleaned:
+        if st.results_db and os.path.exists(st.results_db):
+            with contextlib.suppress(Exception):
+                rec = results.Recorder(os.path.dirname(st.results_db), st.run_id)
+                row = rec.conn.execute("SELECT status FROM runs WHERE run_id=?", (st.run_id,)).fetchone()
+                if row and row["status"] == "running":
+                    rec.finish_run("failed", "its gctestbed process died; cleaned up by 'gctestbed clean'")
+                rec.close()
+    return [st.run_id for st in cleaned], problems

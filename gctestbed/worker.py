@@ -1,0 +1,69 @@
+"""One node's training loop: ``python -m gctestbed.worker SPEC.json`` inside the node.
+
+The node environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) says who this node is; the RunSpec
+says everything else. Each step is timed, its interface counters read, and committed to the
+results store before the next begins, so a node that dies loses nothing it had recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import compress, workloads
+from .compress import hook
+from .net import counters
+from .results import Recorder
+from .spec import RunSpec
+from .timing import Laps
+
+
+def param_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes: equal digests mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
+    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
+    work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size)
+    model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb)
+    comm = hook.install(model, compress.create(spec.compressor, spec.compressor_options))
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9)
+    recorder = Recorder(spec.results_dir, spec.run_id)
+    for step in range(spec.steps):
+        x, y = next(work.batches)
+        tx, rx = counters.read(ifname)
+        laps = Laps()
+        loss = work.loss_fn(model(x), y)
+        loss.backward()
+        compute_s = laps.lap()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        optim_s = laps.lap()
+        tx2, rx2 = counters.read(ifname)
+        recorder.step(rank, step, step_s=compute_s + optim_s, compute_s=compute_s, optim_s=optim_s,
+                      loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
+    recorder.node(rank, param_sha256=param_digest(model))
+    recorder.close()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = RunSpec.from_json(f.read())
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    train(spec, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ.get("GCTESTBED_IFNAME", "eth0"))
+
+
+if __name__ == "__main__":
+    main()

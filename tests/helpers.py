@@ -1,0 +1,67 @@
+"""Helpers for tests that start real runs: the CLI as a subprocess, and proof that nothing leaked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from gctestbed.net import namespaces
+
+SMALL = "mlp:width=512,depth=2,input_dim=512"   # 0.8 M parameters: 3.2 MB of fp32 gradient per step
+
+
+def gctestbed(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gctestbed.cli", *args], capture_output=True, text=True,
+                          timeout=kw.pop("timeout", 300), **kw)
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gctestbed.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def show(results_dir, run_id=None) -> dict:
+    proc = gctestbed("show", *([run_id] if run_id else []), "--json", "--results", str(results_dir))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for_steps(results_dir, at_least: int, timeout_s: float = 120) -> dict:
+    """Poll the store until rank 0 has recorded ``at_least`` steps; return the ledger of that run."""
+    from gctestbed import results
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(results.db_path(str(results_dir))):
+            conn = results.connect(str(results_dir))
+            row = conn.execute("SELECT run_id, MAX(step) AS s FROM steps WHERE rank=0").fetchone()
+            conn.close()
+            if row["s"] is not None and row["s"] + 1 >= at_least:
+                return ledger_of(row["run_id"])
+        time.sleep(0.2)
+    raise AssertionError(f"no {at_least} steps recorded within {timeout_s}s")
+
+
+def ledger_of(run_id: str) -> dict:
+    with open(os.path.join(os.environ["GCTESTBED_STATE_DIR"], f"{run_id}.json")) as f:
+        return json.load(f)
+
+
+def leftovers(run_id: str) -> list[str]:
+    """Everything of run ``run_id`` still on this machine: namespaces, ledger, processes."""
+    prefix = f"gct-{run_id}-"
+    found = [f"netns {n}" for n in os.listdir(namespaces.NETNS_DIR) if n.startswith(prefix)] \
+        if os.path.isdir(namespaces.NETNS_DIR) else []
+    if os.path.exists(os.path.join(os.environ["GCTESTBED_STATE_DIR"], f"{run_id}.json")):
+        found.append("ledger file")
+    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
+        try:
+            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix):
+                found.append(f"process {p.pid}: {' '.join(p.info['cmdline'] or [])}")
+        except psutil.Error:
+            continue
+    return found

@@ -1,0 +1,63 @@
+"""Every mistake a user can type ends in one sentence on stderr and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from gctestbed.cli import main
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--bw", "0mbit"], "greater than zero"),
+    (["--bw", "100"], "bare number"),
+    (["--bw", "fast"], "not a number"),
+    (["--bw", "-1gbit"], "negative"),
+    (["--nodes", "0"], "--nodes must be a whole number from 1 to 64"),
+    (["--nodes", "65"], "from 1 to 64"),
+    (["--nodes", "two"], "--nodes must be a whole number"),
+    (["--latency", "5"], "has no unit"),
+    (["--compressor", "zip"], "unknown compressor 'zip'; available: fp16, none"),
+    (["--compressor", "fp16:level=3"], "has no option 'level'"),
+    (["--workload", "resnet"], "unknown workload 'resnet'"),
+    (["--workload", "mlp:width=wide"], "not a valid int"),
+    (["--workload", "mlp:depth=0"], "depth must be 1..64"),
+    (["--steps", "0"], "--steps must be"),
+])
+def test_bad_flags_exit_2_with_one_line(args, fragment, tmp_path):
+    result = CliRunner().invoke(main, ["run", "--results", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_without_root_exit_2(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = CliRunner().invoke(main, ["run", "--results", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "needs root" in result.output and "sudo" in result.output
+    assert not (tmp_path / "gctestbed.sqlite").exists()
+
+
+def test_show_without_store_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["show", "--results", str(tmp_path / "none")])
+    assert result.exit_code == 2
+    assert "no results store" in result.output
+
+
+def test_help_explains_tc_units():
+    result = CliRunner().invoke(main, ["run", "--help"])
+    assert result.exit_code == 0
+    assert "BYTES per second" in result.output and "BITS per second" in result.output
+
+
+def test_console_script_reports_errors_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "gctestbed.cli", "run", "--bw", "1g", "--results", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gctestbed: bandwidth '1g'") and "Traceback" not in proc.stderr

@@ -1,0 +1,67 @@
+"""Real runs on namespace nodes: bytes on the wire, identical replicas, link-rate all-reduce."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import SMALL, gctestbed, leftovers, show
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def _run(tmp_path, *args):
+    proc = gctestbed("run", "--nodes", "2", "--workload", SMALL, "--results", str(tmp_path), *args)
+    assert proc.returncode == 0, proc.stderr
+    return show(tmp_path)
+
+
+def test_fp16_halves_the_wire_bytes_and_replicas_stay_identical(tmp_path, state_dir):
+    none = _run(tmp_path, "--bw", "1gbit", "--compressor", "none", "--steps", "6")
+    fp16 = _run(tmp_path, "--bw", "1gbit", "--compressor", "fp16", "--steps", "6")
+    for s in (none, fp16):
+        assert s["status"] == "ok" and s["steps_recorded"] == 6 and s["error"] is None
+        assert s["params_identical"] is True
+        assert leftovers(s["run_id"]) == []
+        # the counters saw the payload cross eth0: a ring all-reduce on 2 nodes sends it once
+        assert 0.95 <= s["wire_bytes_per_step"] / s["payload_bytes_per_step"] <= 1.15
+    assert fp16["payload_bytes_per_step"] * 2 == none["payload_bytes_per_step"]
+    assert 0.45 <= fp16["wire_bytes_per_step"] / none["wire_bytes_per_step"] <= 0.55
+
+
+def test_all_reduce_runs_at_link_rate(tmp_path, state_dir):
+    s = _run(tmp_path, "--bw", "100mbit", "--compressor", "none", "--steps", "6")
+    assert s["busbw_fraction_of_link"] >= 0.85, s
+    # and the link really was the limit: nothing crossed faster than the shaped rate
+    assert s["busbw_fraction_of_link"] <= 1.0
+
+
+def test_one_node_runs_without_communication(tmp_path, state_dir):
+    s = _run(tmp_path, "--nodes", "1", "--bw", "1gbit", "--steps", "3")
+    assert s["status"] == "ok" and s["nodes"] == 1 and s["busbw_bps"] is None
+
+
+def test_loss_falls_on_the_teacher_task(tmp_path, state_dir):
+    proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", "mlp:width=256,depth=2,input_dim=64",
+                     "--steps", "60", "--batch-size", "64", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    from gctestbed import results
+    conn = results.connect(str(tmp_path))
+    losses = [r["loss"] for r in conn.execute("SELECT loss FROM steps WHERE rank=0 ORDER BY step")]
+    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
+
+
+def test_latency_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
+    from gctestbed.launch.state import RunState
+    from gctestbed.net import probe, star
+    st = RunState.create()
+    try:
+        switch_ns, _ = star.create_switch(f"gct-{st.run_id}", st.add)
+        has_netem = probe.qdisc_available(switch_ns, "netem", st.add)
+    finally:
+        assert st.undo() == []
+    if has_netem:
+        pytest.skip("this kernel has netem, so latency is not refused")
+    proc = gctestbed("run", "--latency", "5ms", "--results", str(tmp_path))
+    assert proc.returncode == 2
+    assert "netem" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(state_dir.iterdir()) == [state_dir / ".lock"]

@@ -1,0 +1,92 @@
+"""After a normal run, Ctrl-C, kill -9 of a worker or of gctestbed itself (then 'clean'): nothing of ours remains."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from helpers import SMALL, gctestbed, leftovers, show, start, wait_for_steps
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+LONG = ("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "100000")
+
+
+def _finish(proc, timeout=60):
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_ctrl_c_tears_down_and_records_failed(tmp_path, state_dir):
+    proc = start(*LONG, "--results", str(tmp_path))
+    run_id = wait_for_steps(tmp_path, 3)["run_id"]
+    proc.send_signal(signal.SIGINT)
+    _, err = _finish(proc)
+    assert proc.returncode == 130, err
+    assert leftovers(run_id) == []
+    s = show(tmp_path, run_id)
+    assert s["status"] == "failed" and "interrupted" in s["error"]
+    assert s["steps_recorded"] >= 3
+
+
+def test_kill_9_of_a_worker_fails_the_run_naming_the_node(tmp_path, state_dir):
+    proc = start(*LONG, "--results", str(tmp_path))
+    ledger = wait_for_steps(tmp_path, 3)
+    worker = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n1"))
+    os.kill(worker["pid"], signal.SIGKILL)
+    _, err = _finish(proc)
+    assert proc.returncode == 1, err
+    assert gctestbed("clean").returncode == 0
+    assert leftovers(ledger["run_id"]) == []
+    s = show(tmp_path, ledger["run_id"])
+    assert s["status"] == "failed"
+    assert "node 1" in s["error"] and "SIGKILL" in s["error"] and "after step" in s["error"]
+    assert s["steps_recorded"] >= 3
+
+
+def test_clean_after_kill_9_of_gctestbed_itself(tmp_path, state_dir):
+    proc = start(*LONG, "--results", str(tmp_path))
+    ledger = wait_for_steps(tmp_path, 2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert leftovers(ledger["run_id"]) != []       # the dead run really left things behind
+    result = gctestbed("clean")
+    assert result.returncode == 0 and ledger["run_id"] in result.stdout
+    assert leftovers(ledger["run_id"]) == []
+    s = show(tmp_path, ledger["run_id"])
+    assert s["status"] == "failed" and "gctestbed clean" in s["error"]
+
+
+def test_clean_leaves_live_runs_and_foreign_namespaces_alone(tmp_path, state_dir):
+    from gctestbed.launch.state import RunState
+    from gctestbed.net import namespaces
+    live = RunState.create()
+    foreign = f"gct-notours-{os.getpid()}"
+    try:
+        live.add("netns", name=f"gct-{live.run_id}-sw")
+        namespaces.create(f"gct-{live.run_id}-sw")
+        namespaces.create(foreign)
+        result = gctestbed("clean")
+        assert result.returncode == 0 and "nothing to clean" in result.stdout
+        assert namespaces.exists(f"gct-{live.run_id}-sw") and namespaces.exists(foreign)
+    finally:
+        namespaces.remove(foreign)
+        assert live.undo() == []
+
+
+def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
+    before = {p.pid for p in psutil.process_iter()}
+    proc = gctestbed("run", "--nodes", "3", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path)
+    assert leftovers(s["run_id"]) == []
+    time.sleep(0.2)
+    new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "gctestbed.worker" in " ".join(p.info["cmdline"] or [])]
+    assert new == []
