@@ -1,8 +1,10 @@
 """A fully-connected network: communication-heavy like AlexNet's or VGG's FC layers.
 
-Its data are synthetic but learnable: inputs are Gaussian and labels come from a fixed-seed
-random teacher network, so the loss really falls and a compressor that hurts learning shows it.
-Every rank draws its own inputs (data parallelism); all ranks share the teacher.
+Its data are synthetic but learnable: like real data they lie near a low-dimensional manifold —
+a 16-dimensional Gaussian latent, projected to the input width by a fixed random matrix — and
+labels come from a fixed-seed random teacher network on the latent, so the loss really falls
+within a few dozen steps and a compressor that hurts learning shows it. Every rank draws its own
+samples (data parallelism); all ranks share the projection and the teacher.
 """
 
 from __future__ import annotations
@@ -42,25 +44,28 @@ def make_model(o: MLPOptions) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _teacher(o: MLPOptions, seed: int) -> nn.Sequential:
+LATENT = 16
+
+
+def _task(o: MLPOptions, seed: int) -> tuple[torch.Tensor, nn.Sequential]:
+    """The shared projection latent -> input and the teacher latent -> class logits."""
     g = torch.Generator().manual_seed(seed + 7919)
-    w1 = torch.randn(o.input_dim, 64, generator=g) / o.input_dim ** 0.5
-    w2 = torch.randn(64, o.classes, generator=g) / 8.0
-    teacher = nn.Sequential(nn.Linear(o.input_dim, 64, bias=False), nn.Tanh(), nn.Linear(64, o.classes, bias=False))
-    with torch.no_grad():
-        teacher[0].weight.copy_(w1.T)
-        teacher[2].weight.copy_(w2.T)
-    return teacher.requires_grad_(False)
+    projection = torch.randn(LATENT, o.input_dim, generator=g) / LATENT ** 0.5
+    teacher = nn.Sequential(nn.Linear(LATENT, 64, bias=False), nn.Tanh(), nn.Linear(64, o.classes, bias=False))
+    with torch.no_grad():           # no biases, so every class gets a fair share of the samples
+        for p in teacher.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+    return projection, teacher.requires_grad_(False)
 
 
 def _batches(o: MLPOptions, seed: int, rank: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    teacher = _teacher(o, seed)
+    projection, teacher = _task(o, seed)
     g = torch.Generator().manual_seed(seed * 1_000_003 + rank + 1)
     while True:
-        x = torch.randn(batch_size, o.input_dim, generator=g)
+        z = torch.randn(batch_size, LATENT, generator=g)
         with torch.no_grad():
-            y = teacher(x).argmax(dim=1)
-        yield x, y
+            y = teacher(z).argmax(dim=1)
+        yield z @ projection, y
 
 
 def build(o: MLPOptions, seed: int, rank: int, batch_size: int):
