@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compress, results, runner, workloads
+from . import compress, results, runner, topofile, workloads
 from .spec import (MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
-                   parse_choice, parse_duration, parse_rate, resolve_options)
+                   parse_choice, parse_duration, parse_percent, parse_rate, resolve_options)
 
 console = Console(stderr=True)
 
@@ -41,10 +41,20 @@ def main() -> None:
 @main.command()
 @click.option("--nodes", default="2", show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}.")
 @click.option("--bw", default="1gbit", show_default=True,
-              help="Link rate per direction, in tc's units: bit, kbit, mbit, gbit, tbit are BITS per second; "
-                   "bps, kbps, mbps, gbps are BYTES per second (so 100mbps = 800mbit).")
+              help="Link rate of every node (upload, and download unless --bw-down), in tc's units: bit, kbit, mbit, "
+                   "gbit, tbit are BITS per second; bps, kbps, mbps, gbps are BYTES per second (so 100mbps = 800mbit).")
+@click.option("--bw-down", default=None, help="Download rate of every node, if it differs from --bw (same units).")
 @click.option("--latency", default="0", show_default=True,
-              help="One-way delay between two nodes (us, ms or s); needs the netem qdisc.")
+              help="One-way delay between any two nodes, in us, ms or s: the round trip is twice this, however "
+                   "the topology splits it across hops.")
+@click.option("--jitter", default="0", show_default=True,
+              help="Random variation of that one-way delay (uniform, +/-), never reordering packets.")
+@click.option("--loss", default="0", show_default=True, help="Packet loss between two nodes, in percent (e.g. 0.5%).")
+@click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default="auto", show_default=True,
+              help="How delay, jitter and loss are made: the kernel's netem, or gctestbed's userspace delay line on "
+                   "TAP devices (for kernels without netem); auto prefers netem.")
+@click.option("--topology", "topology_file", default=None, type=click.Path(dir_okay=False),
+              help="A topology TOML file (see docs/topologies.md); replaces --nodes/--bw/--latency/--jitter/--loss.")
 @click.option("--compressor", default="none", show_default=True,
               help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
 @click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
@@ -55,11 +65,13 @@ def main() -> None:
 @click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
 @click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
-def run(nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
+def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, compressor, workload, steps,
+        batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
     """Train once on N shaped nodes and record every step."""
-    spec = build_spec(nodes=nodes, bw=bw, latency=latency, compressor=compressor, workload=workload, steps=steps,
-                      batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
-                      results_dir=results_dir)
+    spec = build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                      latency_impl=latency_impl, topology_file=topology_file, compressor=compressor, workload=workload,
+                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb,
+                      timeout=timeout, results_dir=results_dir)
     console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, workload {spec.workload}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -81,7 +93,7 @@ def run(nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, b
 
 
 def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
-               results_dir) -> RunSpec:
+               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     wl_name, wl_raw = parse_choice(workload, "workload")
@@ -89,7 +101,13 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
         wl_options = resolve_options(f"workload '{wl_name}'", workloads.options_class(wl_name), wl_raw)
     except KeyError as e:
         raise SpecError(f"{e.args[0]}.") from None
-    spec = RunSpec(nodes=_int("--nodes", nodes), link=LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency)),
+    link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
+                    loss_pct=parse_percent(loss, "--loss"), bw_down_bps=parse_rate(bw_down) if bw_down else None)
+    topo = None
+    if topology_file:
+        topo = topofile.load(topology_file)
+        nodes = str(len(topo.nodes))
+    spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
                    compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
                    seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),

@@ -87,7 +87,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
         with _signals_ignored():
             if recorder is not None:
                 with contextlib.suppress(Exception):
-                    recorder.update_environment(qdisc_stats=cluster.describe())
+                    recorder.update_environment(qdisc_stats=cluster.final_counters())
             problems = cluster.down()
             if problems:
                 error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)

@@ -173,18 +173,146 @@ def _coerce(owner: str, key: str, value: str, typ: Any) -> Any:
         raise SpecError(f"{owner} option {key}={value!r} is not a valid {name}.") from None
 
 
+def parse_percent(text: str, what: str = "loss") -> float:
+    """Parse ``0.5%`` or ``0.5`` into a percentage in [0, 100)."""
+    raw = str(text).strip()
+    number = raw[:-1].strip() if raw.endswith("%") else raw
+    try:
+        pct = float(number)
+    except ValueError:
+        raise SpecError(f"{what} '{raw}' is not a percentage: write e.g. 0.5% or 0.5.") from None
+    if not (math.isfinite(pct) and 0 <= pct < 100):
+        raise SpecError(f"{what} '{raw}' must be at least 0% and below 100%.")
+    return pct
+
+
 @dataclass
 class LinkSpec:
-    """One shaped direction pair of a link: rate in bits/s, one-way latency in seconds."""
+    """The link between any two nodes of a star, as typed on the command line.
+
+    ``latency_s``, ``jitter_s`` and ``loss_pct`` are end to end, node to node (the round trip is
+    twice the latency); the topology decides how they split across hops. ``bw_bps`` is the
+    upload rate of every node and ``bw_down_bps`` its download rate (None: the same).
+    """
 
     bw_bps: int
     latency_s: float = 0.0
+    jitter_s: float = 0.0
+    loss_pct: float = 0.0
+    bw_down_bps: int | None = None
 
     def validate(self) -> None:
-        if not isinstance(self.bw_bps, int) or self.bw_bps <= 0:
-            raise SpecError(f"link bandwidth must be a positive number of bits per second, got {self.bw_bps!r}.")
-        if not (isinstance(self.latency_s, (int, float)) and math.isfinite(self.latency_s) and self.latency_s >= 0):
-            raise SpecError(f"link latency must be zero or a positive number of seconds, got {self.latency_s!r}.")
+        for name in ("bw_bps", "bw_down_bps"):
+            value = getattr(self, name)
+            if value is None and name == "bw_down_bps":
+                continue
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"link bandwidth must be a positive number of bits per second, got {value!r}.")
+        for name in ("latency_s", "jitter_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise SpecError(f"link {name[:-2]} must be zero or a positive number of seconds, got {value!r}.")
+        if not (isinstance(self.loss_pct, (int, float)) and 0 <= self.loss_pct < 100):
+            raise SpecError(f"link loss must be at least 0% and below 100%, got {self.loss_pct!r}.")
+        if self.jitter_s > self.latency_s:
+            raise SpecError("--jitter cannot exceed --latency: delays never go below zero.")
+
+
+@dataclass
+class Direction:
+    """One direction of one cable: what its egress shaper and delay stage do."""
+
+    rate_bps: int
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss_pct: float = 0.0
+
+
+@dataclass
+class Hop:
+    """A cable between two ends A and B; ``ab`` shapes A to B, ``ba`` B to A."""
+
+    ab: Direction
+    ba: Direction
+
+
+@dataclass
+class NodeAttach:
+    """A node's cable to its switch: A is the node (``ab`` is its upload), B the switch."""
+
+    switch: str
+    hop: Hop
+
+
+@dataclass
+class Trunk:
+    """A cable between two switches."""
+
+    a: str
+    b: str
+    hop: Hop
+
+
+@dataclass
+class TopologySpec:
+    """Switches, the cable of every node (index = rank) and the trunks between switches."""
+
+    name: str
+    nodes: list[NodeAttach]
+    trunks: list[Trunk] = field(default_factory=list)
+
+    @property
+    def switches(self) -> list[str]:
+        names = [n.switch for n in self.nodes] + [s for t in self.trunks for s in (t.a, t.b)]
+        return list(dict.fromkeys(names))
+
+    def path(self, src: int, dst: int) -> list[Direction]:
+        """The directions a packet from node ``src`` to node ``dst`` crosses, in order."""
+        a, b = self.nodes[src], self.nodes[dst]
+        route = [a.hop.ab]
+        for trunk, forward in self._switch_route(a.switch, b.switch):
+            route.append(trunk.hop.ab if forward else trunk.hop.ba)
+        route.append(b.hop.ba)
+        return route
+
+    def _switch_route(self, start: str, goal: str) -> list[tuple["Trunk", bool]]:
+        frontier: list[tuple[str, list]] = [(start, [])]
+        seen = {start}
+        while frontier:
+            here, trail = frontier.pop(0)
+            if here == goal:
+                return trail
+            for t in self.trunks:
+                for near, far, forward in ((t.a, t.b, True), (t.b, t.a, False)):
+                    if near == here and far not in seen:
+                        seen.add(far)
+                        frontier.append((far, trail + [(t, forward)]))
+        raise SpecError(f"topology '{self.name}': switch {goal} cannot be reached from {start}; add a trunk.")
+
+    def validate(self) -> None:
+        if not 1 <= len(self.nodes) <= MAX_NODES:
+            raise SpecError(f"topology '{self.name}' has {len(self.nodes)} nodes; it needs 1 to {MAX_NODES}.")
+        for d in [n.hop.ab for n in self.nodes] + [n.hop.ba for n in self.nodes] + \
+                 [t.hop.ab for t in self.trunks] + [t.hop.ba for t in self.trunks]:
+            LinkSpec(bw_bps=d.rate_bps, latency_s=d.delay_s, jitter_s=d.jitter_s, loss_pct=d.loss_pct).validate()
+        for i in range(1, len(self.nodes)):
+            self._switch_route(self.nodes[0].switch, self.nodes[i].switch)
+
+    @classmethod
+    def star(cls, nodes: int, link: LinkSpec) -> "TopologySpec":
+        """Every node on its own cable to one switch; node-to-node figures split evenly over the
+        two cables a packet crosses (loss so that the two hops together lose ``loss_pct``)."""
+        hop_loss = 100 * (1 - math.sqrt(1 - link.loss_pct / 100))
+        up = Direction(link.bw_bps, link.latency_s / 2, link.jitter_s / 2, hop_loss)
+        down = Direction(link.bw_down_bps or link.bw_bps, link.latency_s / 2, link.jitter_s / 2, hop_loss)
+        return cls(name="star", nodes=[NodeAttach("s0", Hop(ab=up, ba=down)) for _ in range(nodes)])
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TopologySpec":
+        def hop(h: dict) -> Hop:
+            return Hop(ab=Direction(**h["ab"]), ba=Direction(**h["ba"]))
+        return cls(name=data["name"], nodes=[NodeAttach(n["switch"], hop(n["hop"])) for n in data["nodes"]],
+                   trunks=[Trunk(t["a"], t["b"], hop(t["hop"])) for t in data.get("trunks", [])])
 
 
 @dataclass
@@ -206,7 +334,15 @@ class RunSpec:
     bucket_cap_mb: float = 25.0
     timeout_s: float = 300.0
     results_dir: str = "results"
+    topology: TopologySpec | None = None     # None: a star of ``nodes`` on ``link``
+    latency_impl: str = "auto"               # auto | netem | delayline
+    calibrate: bool = True
+    accept_miss: bool = False
     run_id: str = ""
+
+    def network(self) -> TopologySpec:
+        """The topology this run builds: the given one, or a star of ``nodes`` on ``link``."""
+        return self.topology or TopologySpec.star(self.nodes, self.link)
 
     def validate(self) -> None:
         if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -224,6 +360,12 @@ class RunSpec:
             raise SpecError(f"--backend must be gloo or nccl, got {self.backend!r}.")
         if self.device not in ("cpu", "cuda"):
             raise SpecError(f"--device must be cpu or cuda, got {self.device!r}.")
+        if self.latency_impl not in ("auto", "netem", "delayline"):
+            raise SpecError(f"--latency-impl must be auto, netem or delayline, got {self.latency_impl!r}.")
+        if self.topology is not None:
+            self.topology.validate()
+            if len(self.topology.nodes) != self.nodes:
+                raise SpecError(f"topology '{self.topology.name}' has {len(self.topology.nodes)} nodes but --nodes is {self.nodes}.")
         if self.backend == "nccl" and self.device != "cuda":
             raise SpecError("--backend nccl needs --device cuda; use gloo for CPU tensors.")
 
@@ -235,6 +377,8 @@ class RunSpec:
         try:
             data = json.loads(text)
             data["link"] = LinkSpec(**data["link"])
+            if data.get("topology") is not None:
+                data["topology"] = TopologySpec.from_dict(data["topology"])
             spec = cls(**data)
         except (ValueError, TypeError, KeyError) as e:
             raise SpecError(f"run spec JSON is not valid: {e}.") from None

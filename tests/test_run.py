@@ -50,18 +50,19 @@ def test_loss_falls_on_the_teacher_task(tmp_path, state_dir):
     assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
 
 
-def test_latency_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
+def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
     from gctestbed.launch.state import RunState
-    from gctestbed.net import probe, star
+    from gctestbed.net import namespaces, probe
     st = RunState.create()
     try:
-        switch_ns, _ = star.create_switch(f"gct-{st.run_id}", st.add)
-        has_netem = probe.qdisc_available(switch_ns, "netem", st.add)
+        st.add("netns", name=f"gct-{st.run_id}-probe")
+        namespaces.create(f"gct-{st.run_id}-probe")
+        has_netem = probe.qdisc_available(f"gct-{st.run_id}-probe", "netem", st.add)
     finally:
         assert st.undo() == []
     if has_netem:
-        pytest.skip("this kernel has netem, so latency is not refused")
-    proc = gctestbed("run", "--latency", "5ms", "--results", str(tmp_path))
+        pytest.skip("this kernel has netem, so --latency-impl netem is not refused")
+    proc = gctestbed("run", "--latency", "5ms", "--latency-impl", "netem", "--results", str(tmp_path))
     assert proc.returncode == 2
     assert "netem" in proc.stderr and "Traceback" not in proc.stderr
     assert list(state_dir.iterdir()) == [state_dir / ".lock"]

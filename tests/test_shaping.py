@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gctestbed.net import namespaces, shaping, star, tcpprobe
+from gctestbed.net import measure, namespaces, shaping, topology
+from gctestbed.spec import LinkSpec, TopologySpec
 
 pytestmark = pytest.mark.root
+
+
+def build(ledger, topo, impl="auto"):
+    return topology.build(f"gct-{ledger.run_id}", ledger.subnet, topo, impl, 0, ledger.add)
 
 
 def test_burst_is_a_few_ms_and_at_least_two_frames():
@@ -17,18 +22,17 @@ def test_burst_is_a_few_ms_and_at_least_two_frames():
 
 @pytest.mark.parametrize("rate_bps", [50_000_000, 200_000_000])
 def test_tcp_throughput_matches_configured_rate(ledger, rate_bps):
-    shape = shaping.Shape(rate_bps=rate_bps)
-    net = star.build(f"gct-{ledger.run_id}", ledger.subnet, 2, uplink=shape, downlink=shape, record=ledger.add)
+    net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=rate_bps)))
     a, b = net.nodes
-    measured = tcpprobe.throughput_bps(b.netns, b.address, a.netns, seconds=3)
+    measured = measure.throughput_bps(b.netns, b.address, a.netns, seconds=3)
     assert abs(measured - rate_bps) / rate_bps < 0.10, f"{measured / 1e6:.1f} Mbit/s through a {rate_bps / 1e6:g} Mbit/s link"
 
 
 def test_applied_configuration_is_read_back_from_the_kernel(ledger):
-    shape = shaping.Shape(rate_bps=10_000_000_000)
-    net = star.build(f"gct-{ledger.run_id}", ledger.subnet, 1, uplink=shape, downlink=shape, record=ledger.add)
+    net = build(ledger, TopologySpec.star(1, LinkSpec(bw_bps=10_000_000_000)))
     applied = net.describe()
-    assert set(applied) == {f"{net.nodes[0].netns}/eth0", f"{net.switch_ns}/{net.nodes[0].switch_port}"}
+    node = net.nodes[0]
+    assert set(applied) == {f"{node.netns}/eth0", f"{node.switch_ns}/{node.port}"}
     for config in applied.values():
         assert [q["kind"] for q in config["qdiscs"]][0] == "htb"
         (cls,) = config["classes"]
@@ -40,9 +44,9 @@ def test_teardown_leaves_nothing(state_dir):
     from gctestbed.launch.state import RunState
 
     state = RunState.create()
-    shape = shaping.Shape(rate_bps=100_000_000)
-    net = star.build(f"gct-{state.run_id}", state.subnet, 3, uplink=shape, downlink=shape, record=state.add)
-    names = [net.switch_ns] + [n.netns for n in net.nodes]
+    net = topology.build(f"gct-{state.run_id}", state.subnet, TopologySpec.star(3, LinkSpec(bw_bps=100_000_000)),
+                         "auto", 0, state.add)
+    names = list(net.switches.values()) + [n.netns for n in net.nodes]
     assert all(namespaces.exists(n) for n in names)
     assert state.undo() == []
     assert not any(namespaces.exists(n) for n in names)

@@ -1,7 +1,7 @@
 """The embedded default launcher: every node is a network namespace on this host.
 
-Needs root and nothing else: no images, no daemons. The cluster is a star (see net/star.py);
-the one-way latency between two nodes crosses two shaped egresses, so each carries half.
+Needs root and nothing else: no images, no daemons. The network is the run's topology (a star
+unless a topology file says otherwise), built by net/topology.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..net import namespaces, shaping, star
+from ..net import namespaces, topology
 from ..spec import RunSpec, UserError
 from .nodeenv import node_environment
 from .state import RunState
@@ -30,7 +30,7 @@ class NetnsCluster:
 
     def __init__(self, spec: RunSpec, state: RunState):
         self.spec, self.state = spec, state
-        self.star: star.Star | None = None
+        self.network: topology.Network | None = None
 
     @staticmethod
     def check_host() -> None:
@@ -40,21 +40,27 @@ class NetnsCluster:
 
     def up(self) -> list[Node]:
         self.check_host()
-        link = self.spec.link
-        half = shaping.Shape(rate_bps=link.bw_bps, delay_s=link.latency_s / 2)
-        self.star = star.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.nodes,
-                               uplink=half, downlink=half, record=self.state.add)
-        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.star.nodes]
+        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
+                                      self.spec.latency_impl, self.spec.seed, self.state.add)
+        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
 
     def describe(self) -> dict:
-        """The qdisc configuration actually in the kernel, with its counters."""
-        return self.star.describe() if self.star else {}
+        """How delay is made and the qdisc configuration actually in the kernel, with counters."""
+        if self.network is None:
+            return {}
+        return {"latency_impl": self.network.impl, "qdiscs": self.network.describe()}
+
+    def final_counters(self) -> dict:
+        """describe() plus the delay lines' own counters; stops the delay lines."""
+        if self.network is None:
+            return {}
+        return {**self.describe(), "delay_lines": self.network.stop_relays()}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str]) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment."""
         threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
         env = {**os.environ, **extra_env,
-               **node_environment(node.rank, self.spec.nodes, self.star.nodes[0].address, node.name, threads)}
+               **node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=lambda: namespaces.enter(node.name))

@@ -3,33 +3,24 @@
 Every launcher shapes through this module. An egress gets an htb root with one class whose rate
 and ceil are the link rate (htb carries 64-bit rates, so 100gbit works) and whose burst is a few
 milliseconds of that rate but at least two full frames: a bucket much larger than that never
-empties and silently removes the limit; a smaller one cannot keep the link busy. Delay, where
-asked, is a netem leaf under the class.
+empties and silently removes the limit; a smaller one cannot keep the link busy. Delay, jitter
+and loss, where netem is used for them, are a netem leaf under the class whose queue holds at
+least a bandwidth-delay product.
 """
 
 from __future__ import annotations
 
 import errno
 import math
-from dataclasses import dataclass
-
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ..spec import UserError
+from ..spec import Direction, UserError
 
 FRAME_BYTES = 1514          # a full Ethernet frame at MTU 1500, headers included
 BURST_TIME_S = 0.002        # bucket depth in time at the link rate
 PSCHED_TICK_S = 64e-9       # the kernel's psched tick (PSCHED_SHIFT = 6)
 ROOT, CLASS, LEAF = 0x10000, 0x10001, 0x100000   # 1:, 1:1, 10:
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What one egress should do: rate in bits/s, added one-way delay in seconds."""
-
-    rate_bps: int
-    delay_s: float = 0.0
 
 
 def burst_bytes(rate_bps: int) -> int:
@@ -43,16 +34,17 @@ def netem_limit_packets(rate_bps: int, delay_s: float) -> int:
     return max(1000, math.ceil(2 * bdp_packets))
 
 
-def apply(ipr: IPRoute, ifname: str, shape: Shape) -> None:
-    """Replace the egress configuration of ``ifname`` with ``shape``."""
+def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None:
+    """Shape the egress of ``ifname``: htb at ``d.rate_bps``, plus netem for the rest if asked."""
     index = _index(ipr, ifname)
-    rate = shape.rate_bps // 8
-    burst = burst_bytes(shape.rate_bps)
+    rate = d.rate_bps // 8
+    burst = burst_bytes(d.rate_bps)
     _tc(ipr, "add", "htb", index, ROOT, default=1)
     _tc(ipr, "add-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
-    if shape.delay_s > 0:
-        _tc(ipr, "add", "netem", index, LEAF, parent=CLASS,
-            delay=round(shape.delay_s * 1e6), limit=netem_limit_packets(shape.rate_bps, shape.delay_s))
+    if netem and (d.delay_s or d.jitter_s or d.loss_pct):
+        _tc(ipr, "add", "netem", index, LEAF, parent=CLASS, delay=round(d.delay_s * 1e6),
+            jitter=round(d.jitter_s * 1e6), loss=d.loss_pct,
+            limit=netem_limit_packets(d.rate_bps, d.delay_s + d.jitter_s))
 
 
 def clear(ipr: IPRoute, ifname: str) -> None:

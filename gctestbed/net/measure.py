@@ -1,0 +1,176 @@
+"""Built-in measurements between two namespaces: TCP throughput, RTT idle and under load, loss.
+
+They need nothing installed. Throughput is reported twice: goodput (application bytes the
+receiver got) and wire rate (bytes the sender's shaper let through, headers included, read from
+its htb class counter), because tc rates are wire rates and goodput sits ~4.6 % under them.
+RTT probes are small UDP datagrams echoed back, so they queue behind bulk traffic exactly as
+a collective's messages would.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from pyroute2 import netns
+
+from . import namespaces, shaping
+
+TCP_PORT, ECHO_PORT = 5201, 5202
+CHUNK = 1 << 20
+
+
+@dataclass
+class Throughput:
+    goodput_bps: float
+    wire_bps: float | None
+    rtt_loaded_s: list[float] = field(default_factory=list)
+
+
+def _sender_class_bytes(ns: str, ifname: str) -> int | None:
+    with namespaces.iproute(ns) as ipr:
+        classes = shaping.describe(ipr, ifname)["classes"]
+    return classes[0].get("sent_bytes") if classes else None
+
+
+class _Echo:
+    """A UDP echo server inside a namespace, for as long as the ``with`` lasts."""
+
+    def __init__(self, ns: str, addr: str, port: int = ECHO_PORT):
+        self.sock = netns.create_socket(ns, socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((addr, port))
+        self.sock.settimeout(0.2)
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while self.running:
+            try:
+                data, peer = self.sock.recvfrom(2048)
+            except (socket.timeout, OSError):
+                continue
+            self.sock.sendto(data, peer)
+
+    def __enter__(self) -> "_Echo":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        self.thread.join()
+        self.sock.close()
+
+
+def _ping(client_ns: str, addr: str, count: int, interval_s: float, timeout_s: float,
+          port: int = ECHO_PORT) -> tuple[list[float], int]:
+    """RTTs of the echoed probes, and how many were sent."""
+    sock = netns.create_socket(client_ns, socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(timeout_s)
+    rtts = []
+    try:
+        for seq in range(count):
+            sent = time.perf_counter()
+            sock.sendto(struct.pack("!Id", seq, sent) + bytes(56), (addr, port))
+            deadline = sent + timeout_s
+            while time.perf_counter() < deadline:
+                try:
+                    data, _ = sock.recvfrom(2048)
+                except socket.timeout:
+                    break
+                got, _t = struct.unpack("!Id", data[:12])
+                if got == seq:
+                    rtts.append(time.perf_counter() - sent)
+                    break
+            time.sleep(max(0.0, interval_s - (time.perf_counter() - sent)))
+    finally:
+        sock.close()
+    return rtts, count
+
+
+def rtt_s(client_ns: str, server_ns: str, server_addr: str, count: int = 20, interval_s: float = 0.02) -> list[float]:
+    """Round-trip times of ``count`` small UDP probes on an idle path."""
+    with _Echo(server_ns, server_addr):
+        rtts, _ = _ping(client_ns, server_addr, count, interval_s, timeout_s=1.0)
+    return rtts
+
+
+def loss_fraction(client_ns: str, server_ns: str, server_addr: str, count: int = 2000,
+                  interval_s: float = 0.0005) -> float:
+    """Fraction of echoed probes that did not come back (a round trip: both directions' loss)."""
+    with _Echo(server_ns, server_addr):
+        rtts, sent = _ping(client_ns, server_addr, count, interval_s, timeout_s=0.5)
+    return 1 - len(rtts) / sent
+
+
+def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0, warmup_s: float = 1.0,
+               probe_rtt: bool = False, port: int = TCP_PORT) -> Throughput:
+    """One TCP stream from ``client_ns`` to ``server_addr``, measured after a warm-up (slow start)."""
+    server = netns.create_socket(server_ns)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((server_addr, port))
+    server.listen(1)
+    server.settimeout(10)
+    window: dict[str, float] = {}
+
+    def receive() -> None:
+        conn, _ = server.accept()
+        with conn:
+            start = time.perf_counter()
+            counted = 0
+            while data := conn.recv(CHUNK):
+                now = time.perf_counter()
+                if now - start >= warmup_s:
+                    window.setdefault("t0", now)
+                    counted += len(data)
+                    window["t1"], window["bytes"] = now, counted
+
+    receiver = threading.Thread(target=receive, daemon=True)
+    receiver.start()
+    client = netns.create_socket(client_ns)
+    loaded: list[float] = []
+    echo = _Echo(server_ns, server_addr) if probe_rtt else None
+    try:
+        client.settimeout(10)
+        client.connect((server_addr, port))
+        payload = bytes(CHUNK)
+        start = time.perf_counter()
+        wire0 = wire1 = None
+        prober = None
+        while (elapsed := time.perf_counter() - start) < warmup_s + seconds:
+            if wire0 is None and elapsed >= warmup_s:
+                wire0 = (time.perf_counter(), _sender_class_bytes(client_ns, "eth0"))
+                if echo:
+                    echo.__enter__()
+                    prober = threading.Thread(target=lambda: loaded.extend(
+                        _ping(client_ns, server_addr, 10, seconds / 12, timeout_s=2.0)[0]), daemon=True)
+                    prober.start()
+            client.sendall(payload)
+        wire1 = (time.perf_counter(), _sender_class_bytes(client_ns, "eth0"))
+        if prober:
+            prober.join()
+    finally:
+        client.close()
+        receiver.join(timeout=30)
+        server.close()
+        if echo and echo.thread.is_alive():
+            echo.__exit__()
+    span = window.get("t1", 0.0) - window.get("t0", 0.0)
+    if span <= 0:
+        raise RuntimeError(f"no data reached {server_addr}:{port} after the warm-up")
+    wire = None
+    if wire0 and wire0[1] is not None and wire1[1] is not None and wire1[0] > wire0[0]:
+        wire = (wire1[1] - wire0[1]) * 8 / (wire1[0] - wire0[0])
+    return Throughput(goodput_bps=window["bytes"] * 8 / span, wire_bps=wire, rtt_loaded_s=loaded)
+
+
+def throughput_bps(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0) -> float:
+    """Goodput of one TCP stream, in bits/s."""
+    return throughput(server_ns, server_addr, client_ns, seconds=seconds, warmup_s=0.5).goodput_bps
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

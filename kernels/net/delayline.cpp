@@ -1,0 +1,200 @@
+// gct-delayline: a userspace delay line between two TAP devices, for kernels without netem.
+//
+// Each direction is a timestamped FIFO: a frame read from one TAP is written to the other once
+// its delay (plus optional jitter, never reordering) has passed, unless the loss draw drops it.
+// Frames keep flowing through the kernel's own TCP at both ends, so senders see the real RTT
+// (this is not a proxy). With offloads on, the kernel hands over whole GSO frames (up to 64 KB)
+// with a virtio-net header, which is what lets one core move ~1 Gbit/s; with loss configured the
+// launcher turns offloads off so that loss applies per MTU-sized packet, as on a wire.
+//
+// usage: gct-delayline NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM
+//                      BA_DELAY_US BA_JITTER_US BA_LOSS_PPM SEED OFFLOAD(0|1)
+// NETNS_* are paths (/run/netns/NAME). Prints "ready" once both TAPs are attached, and a JSON
+// line of counters on SIGTERM/SIGINT.
+
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr size_t kMaxFrame = 65536 + 64;      // a GSO frame plus its virtio-net header
+constexpr size_t kQueueLimitBytes = 256u << 20;  // beyond this the line tail-drops
+
+volatile sig_atomic_t g_stop = 0;
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "gct-delayline: %s: %s\n", what.c_str(), std::strerror(errno));
+  std::exit(1);
+}
+
+int open_tap(const char* netns_path, const char* name, bool offload) {
+  int ns = open(netns_path, O_RDONLY | O_CLOEXEC);
+  if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) die(std::string("enter ") + netns_path);
+  close(ns);
+  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) die("open /dev/net/tun");
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) die(std::string("attach tap ") + name);
+  unsigned offloads = offload ? (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) : 0;
+  if (ioctl(fd, TUNSETOFFLOAD, offloads) < 0) die("TUNSETOFFLOAD");
+  return fd;
+}
+
+struct Frame {
+  int64_t due_ns;
+  std::vector<uint8_t> bytes;
+};
+
+struct Direction {
+  int from, to;
+  int64_t delay_ns, jitter_ns;
+  uint32_t loss_ppm;
+  std::deque<Frame> queue;
+  size_t queued_bytes = 0;
+  int64_t last_due = 0;
+  uint64_t frames_in = 0, bytes_in = 0, frames_out = 0, bytes_out = 0, lost = 0, overflow = 0;
+
+  void admit(std::vector<uint8_t>&& frame, std::mt19937_64& rng) {
+    frames_in++;
+    bytes_in += frame.size();
+    if (loss_ppm && std::uniform_int_distribution<uint32_t>(0, 999999)(rng) < loss_ppm) {
+      lost++;
+      return;
+    }
+    if (queued_bytes + frame.size() > kQueueLimitBytes) {
+      overflow++;
+      return;
+    }
+    int64_t due = now_ns() + delay_ns;
+    if (jitter_ns) due += std::uniform_int_distribution<int64_t>(-jitter_ns, jitter_ns)(rng);
+    if (due < last_due) due = last_due;  // jitter never reorders, as on a single path
+    last_due = due;
+    queued_bytes += frame.size();
+    queue.push_back(Frame{due, std::move(frame)});
+  }
+
+  void release(int64_t now) {
+    while (!queue.empty() && queue.front().due_ns <= now) {
+      Frame& f = queue.front();
+      ssize_t n = write(to, f.bytes.data(), f.bytes.size());
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // retry on next tick
+      if (n >= 0) {
+        frames_out++;
+        bytes_out += f.bytes.size();
+      }
+      queued_bytes -= f.bytes.size();
+      queue.pop_front();
+    }
+  }
+};
+
+void arm(int tfd, const Direction& a, const Direction& b) {
+  int64_t next = INT64_MAX;
+  if (!a.queue.empty()) next = a.queue.front().due_ns;
+  if (!b.queue.empty() && b.queue.front().due_ns < next) next = b.queue.front().due_ns;
+  itimerspec spec{};
+  if (next != INT64_MAX) {
+    if (next <= 0) next = 1;
+    spec.it_value.tv_sec = next / 1000000000;
+    spec.it_value.tv_nsec = next % 1000000000;
+  }
+  timerfd_settime(tfd, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void on_signal(int) { g_stop = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 13) {
+    std::fprintf(stderr, "usage: %s NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM "
+                         "BA_DELAY_US BA_JITTER_US BA_LOSS_PPM SEED OFFLOAD\n", argv[0]);
+    return 2;
+  }
+  bool offload = std::atoi(argv[12]) != 0;
+  int fa = open_tap(argv[1], argv[2], offload);
+  int fb = open_tap(argv[3], argv[4], offload);
+  Direction ab{fa, fb, std::atoll(argv[5]) * 1000, std::atoll(argv[6]) * 1000, uint32_t(std::atol(argv[7]))};
+  Direction ba{fb, fa, std::atoll(argv[8]) * 1000, std::atoll(argv[9]) * 1000, uint32_t(std::atol(argv[10]))};
+  std::mt19937_64 rng(std::strtoull(argv[11], nullptr, 10));
+
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fa;
+  epoll_ctl(ep, EPOLL_CTL_ADD, fa, &ev);
+  ev.data.fd = fb;
+  epoll_ctl(ep, EPOLL_CTL_ADD, fb, &ev);
+  ev.data.fd = tfd;
+  epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  std::vector<uint8_t> buf(kMaxFrame);
+  epoll_event events[3];
+  while (!g_stop) {
+    int n = epoll_wait(ep, events, 3, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      die("epoll_wait");
+    }
+    for (int i = 0; i < n; i++) {
+      int fd = events[i].data.fd;
+      if (fd == tfd) {
+        uint64_t expirations;
+        while (read(tfd, &expirations, sizeof expirations) > 0) {}
+        continue;
+      }
+      Direction& d = fd == fa ? ab : ba;
+      for (int burst = 0; burst < 64; burst++) {
+        ssize_t len = read(fd, buf.data(), buf.size());
+        if (len <= 0) break;
+        d.admit(std::vector<uint8_t>(buf.begin(), buf.begin() + len), rng);
+      }
+    }
+    int64_t t = now_ns();
+    ab.release(t);
+    ba.release(t);
+    arm(tfd, ab, ba);
+  }
+  std::printf("{\"ab\": {\"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, \"bytes_out\": %llu, "
+              "\"lost\": %llu, \"overflow\": %llu}, \"ba\": {\"frames_in\": %llu, \"bytes_in\": %llu, "
+              "\"frames_out\": %llu, \"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}}\n",
+              (unsigned long long)ab.frames_in, (unsigned long long)ab.bytes_in, (unsigned long long)ab.frames_out,
+              (unsigned long long)ab.bytes_out, (unsigned long long)ab.lost, (unsigned long long)ab.overflow,
+              (unsigned long long)ba.frames_in, (unsigned long long)ba.bytes_in, (unsigned long long)ba.frames_out,
+              (unsigned long long)ba.bytes_out, (unsigned long long)ba.lost, (unsigned long long)ba.overflow);
+  return 0;
+}
