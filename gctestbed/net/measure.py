@@ -92,18 +92,40 @@ def _ping(client_ns: str, addr: str, count: int, interval_s: float, timeout_s: f
 
 
 def rtt_s(client_ns: str, server_ns: str, server_addr: str, count: int = 20, interval_s: float = 0.02) -> list[float]:
-    """Round-trip times of ``count`` small UDP probes on an idle path."""
+    """Round-trip times of ``count`` small UDP probes on an idle path (after one unrecorded probe
+    that resolves the neighbours' addresses, which would otherwise add a round trip)."""
     with _Echo(server_ns, server_addr):
+        _ping(client_ns, server_addr, 1, 0.0, timeout_s=1.0)
         rtts, _ = _ping(client_ns, server_addr, count, interval_s, timeout_s=1.0)
     return rtts
 
 
 def loss_fraction(client_ns: str, server_ns: str, server_addr: str, count: int = 2000,
-                  interval_s: float = 0.0005) -> float:
-    """Fraction of echoed probes that did not come back (a round trip: both directions' loss)."""
-    with _Echo(server_ns, server_addr):
-        rtts, sent = _ping(client_ns, server_addr, count, interval_s, timeout_s=0.5)
-    return 1 - len(rtts) / sent
+                  interval_s: float = 0.0005, port: int = ECHO_PORT) -> float:
+    """Fraction of ``count`` paced probes whose echo never came back (both directions' loss)."""
+    with _Echo(server_ns, server_addr, port):
+        _ping(client_ns, server_addr, 3, 0.0, timeout_s=1.0, port=port)
+        sock = netns.create_socket(client_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        sock.settimeout(1.0)
+        back: set[int] = set()
+
+        def collect() -> None:
+            while True:
+                try:
+                    data, _ = sock.recvfrom(2048)
+                except (socket.timeout, OSError):
+                    return
+                back.add(struct.unpack("!I", data[:4])[0])
+
+        collector = threading.Thread(target=collect, daemon=True)
+        collector.start()
+        start = time.perf_counter()
+        for seq in range(count):
+            sock.sendto(struct.pack("!Id", seq, 0.0) + bytes(56), (server_addr, port))
+            time.sleep(max(0.0, start + (seq + 1) * interval_s - time.perf_counter()))
+        collector.join()
+        sock.close()
+    return 1 - len(back & set(range(count))) / count
 
 
 def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0, warmup_s: float = 1.0,
