@@ -55,6 +55,9 @@ def main() -> None:
                    "TAP devices (for kernels without netem); auto prefers netem.")
 @click.option("--topology", "topology_file", default=None, type=click.Path(dir_okay=False),
               help="A topology TOML file (see docs/topologies.md); replaces --nodes/--bw/--latency/--jitter/--loss.")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="Measure every link before training and stop if one misses its target by more than 10 %.")
+@click.option("--accept-miss", is_flag=True, help="Train even when calibration misses (the run is marked as such).")
 @click.option("--compressor", default="none", show_default=True,
               help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
 @click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
@@ -65,13 +68,13 @@ def main() -> None:
 @click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
 @click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
-def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, compressor, workload, steps,
-        batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
+def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
+        workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
     """Train once on N shaped nodes and record every step."""
     spec = build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                       latency_impl=latency_impl, topology_file=topology_file, compressor=compressor, workload=workload,
                       steps=steps, batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb,
-                      timeout=timeout, results_dir=results_dir)
+                      timeout=timeout, results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss)
     console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, workload {spec.workload}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -82,7 +85,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
             bar.update(task, completed=done, info=f"loss {row['loss']:.4f}  step {row['step_s']:.3f}s")
 
         try:
-            summary = runner.run(spec, progress)
+            summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
         except runner.Interrupted:
             console.print(f"interrupted: run {spec.run_id} torn down and recorded as failed")
             sys.exit(130)
@@ -93,7 +96,8 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
 
 
 def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
-               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None) -> RunSpec:
+               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
+               calibrate=True, accept_miss=False) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     wl_name, wl_raw = parse_choice(workload, "workload")
@@ -108,6 +112,7 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
         topo = topofile.load(topology_file)
         nodes = str(len(topo.nodes))
     spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
+                   calibrate=calibrate, accept_miss=accept_miss,
                    compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
                    seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
@@ -181,6 +186,12 @@ def _print_summary(s: dict) -> None:
         ("final loss", _fmt(s["final_loss"], digits=5)),
         ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s["params_identical"]]),
     ]
+    if s.get("latency_impl") not in (None, "none"):
+        rows.append(("delay made by", s["latency_impl"]))
+    for c in s.get("calibration", []):
+        rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
+                     f"{_fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {_fmt(c['rtt_idle_s'], ' ms', 1e-3)}"
+                     f" idle / {_fmt(c['rtt_loaded_s'], ' ms', 1e-3)} loaded" + ("  MISSED" if c["miss"] else "")))
     if s["error"]:
         rows.append(("error", s["error"]))
     for k, v in rows:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "buckets")
 
@@ -58,7 +58,24 @@ CREATE TABLE IF NOT EXISTS steps (
     buckets       INTEGER,
     PRIMARY KEY (run_id, rank, step)
 );
+CREATE TABLE IF NOT EXISTS calibrations (
+    run_id       TEXT NOT NULL,          -- the run, or the cluster calibrated on its own
+    t            REAL NOT NULL,
+    src          INTEGER NOT NULL,
+    dst          INTEGER NOT NULL,
+    tool         TEXT NOT NULL,
+    target_bps   INTEGER NOT NULL,
+    target_rtt_s REAL NOT NULL,
+    wire_bps     REAL,
+    goodput_bps  REAL,
+    rtt_idle_s   REAL,
+    rtt_loaded_s REAL,
+    miss         TEXT,
+    PRIMARY KEY (run_id, src, dst, t)
+);
 """
+CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
+                      "rtt_idle_s", "rtt_loaded_s", "miss")
 
 
 def db_path(results_dir: str) -> str:
@@ -122,6 +139,14 @@ class Recorder:
                 if key not in ("name", "address", "exit_code", "param_sha256"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
+
+    def calibration(self, path: dict[str, Any]) -> None:
+        """Store one measured path (net.calibrate.PathResult.to_dict())."""
+        values = [path.get(k) for k in CALIBRATION_FIELDS]
+        with self.conn:
+            self.conn.execute(f"INSERT INTO calibrations (run_id, t, {', '.join(CALIBRATION_FIELDS)}) "
+                              f"VALUES (?, ?, {', '.join('?' * len(CALIBRATION_FIELDS))})",
+                              (self.run_id, time.time(), *values))
 
     def step(self, rank: int, step: int, **values: Any) -> None:
         """Commit one step of one rank; unknown fields are an error, missing ones are NULL."""
@@ -189,6 +214,9 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
                     for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"])
     last = done[complete[-1]] if complete else []
     nodes = conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run["run_id"],)).fetchall()
+    calibration = [dict(r) for r in conn.execute("SELECT * FROM calibrations WHERE run_id=? ORDER BY t, src",
+                                                 (run["run_id"],))]
+    env = json.loads(run["environment"] or "{}")
     return {
         "run_id": run["run_id"],
         "status": run["status"],
@@ -211,6 +239,9 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "busbw_fraction_of_link": busbw / spec.link.bw_bps if busbw else None,
         "final_loss": _mean(r["loss"] for r in last),
         "params_identical": len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
+        "latency_impl": env.get("shaping", {}).get("latency_impl"),
+        "calibration": calibration,
+        "calibration_missed": any(c["miss"] for c in calibration),
         "created_at": run["created_at"],
         "finished_at": run["finished_at"],
     }

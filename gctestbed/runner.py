@@ -19,10 +19,12 @@ from typing import Callable, Iterator
 
 from . import results
 from .launch import state as ledger
+from .net import calibrate
 from .launch.netns import NetnsCluster, Node
 from .spec import RunSpec
 
 Progress = Callable[[int, int, dict], None]
+Phase = Callable[[str], None]
 POLL_S = 0.25
 
 
@@ -52,7 +54,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
+def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> dict:
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
     NetnsCluster.check_host()
     state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
@@ -63,6 +65,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
     status, error = "failed", None
     try:
         with _signals_raise():
+            on_phase("building the network")
             nodes = cluster.up()
             os.makedirs(run_dir, exist_ok=True)
             spec_path = os.path.join(run_dir, "spec.json")
@@ -70,12 +73,17 @@ def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
                 f.write(spec.to_json())
             recorder = results.Recorder(spec.results_dir, spec.run_id)
             recorder.start_run(spec, {**environment(), "shaping": cluster.describe()})
-            procs = {}
-            for node in nodes:
-                recorder.node(node.rank, name=node.name, address=node.address)
-                procs[node.rank] = cluster.spawn(node, [sys.executable, "-m", "gctestbed.worker", spec_path],
-                                                 os.path.join(run_dir, f"node{node.rank}.log"), {})
-            error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
+            if spec.calibrate and spec.nodes > 1:
+                on_phase("calibrating links")
+                error = _calibrate(spec, cluster, recorder)
+            if error is None:
+                on_phase("starting nodes")
+                procs = {}
+                for node in nodes:
+                    recorder.node(node.rank, name=node.name, address=node.address)
+                    procs[node.rank] = cluster.spawn(node, [sys.executable, "-m", "gctestbed.worker", spec_path],
+                                                     os.path.join(run_dir, f"node{node.rank}.log"), {})
+                error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
             status = "ok" if error is None else "failed"
     except Interrupted:
         error = f"interrupted by the user{_at_step(recorder, spec)}"
@@ -97,6 +105,18 @@ def run(spec: RunSpec, on_progress: Progress | None = None) -> dict:
     summary = results.summarize(recorder.conn, results.find_run(recorder.conn, spec.run_id))
     recorder.close()
     return summary
+
+
+def _calibrate(spec: RunSpec, cluster: NetnsCluster, recorder: results.Recorder) -> str | None:
+    """Measure every path and store it; the error that stops the run when one misses its target."""
+    paths = calibrate.calibrate(spec.network(), cluster.network.nodes)
+    for p in paths:
+        recorder.calibration(p.to_dict())
+    misses = [p.miss for p in paths if p.miss]
+    if misses and not spec.accept_miss:
+        return (f"calibration: {'; '.join(misses)} (more than {calibrate.TOLERANCE:.0%} off: the host may be too slow "
+                "for this rate, or something else shapes these links; --accept-miss runs anyway, --no-calibrate skips)")
+    return None
 
 
 def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
 def _run(tmp_path, *args):
-    proc = gctestbed("run", "--nodes", "2", "--workload", SMALL, "--results", str(tmp_path), *args)
+    proc = gctestbed("run", "--nodes", "2", "--workload", SMALL, "--no-calibrate", "--results", str(tmp_path), *args)
     assert proc.returncode == 0, proc.stderr
     return show(tmp_path)
 
@@ -42,7 +42,7 @@ def test_one_node_runs_without_communication(tmp_path, state_dir):
 
 def test_loss_falls_on_the_teacher_task(tmp_path, state_dir):
     proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", "mlp:width=256,depth=2,input_dim=64",
-                     "--steps", "60", "--batch-size", "64", "--results", str(tmp_path))
+                     "--steps", "60", "--batch-size", "64", "--no-calibrate", "--results", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     from gctestbed import results
     conn = results.connect(str(tmp_path))

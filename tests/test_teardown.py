@@ -12,7 +12,7 @@ import pytest
 from helpers import SMALL, gctestbed, leftovers, show, start, wait_for_steps
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-LONG = ("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "100000")
+LONG = ("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "100000", "--no-calibrate")
 
 
 def _finish(proc, timeout=60):
@@ -83,9 +83,10 @@ def test_clean_leaves_live_runs_and_foreign_namespaces_alone(tmp_path, state_dir
 
 def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
     before = {p.pid for p in psutil.process_iter()}
-    proc = gctestbed("run", "--nodes", "3", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--results", str(tmp_path))
+    proc = gctestbed("run", "--nodes", "3", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--latency", "1ms", "--results", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     s = show(tmp_path)
+    assert s["latency_impl"] in ("netem", "delayline")
     assert leftovers(s["run_id"]) == []
     time.sleep(0.2)
     new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "gctestbed.worker" in " ".join(p.info["cmdline"] or [])]

@@ -62,8 +62,8 @@ class NetnsCluster:
         env = {**os.environ, **extra_env,
                **node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)}
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=lambda: namespaces.enter(node.name))
+            proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         self.state.add("process", name=node.name, pid=proc.pid, started=_start_time(proc.pid))
         return proc
 

@@ -31,13 +31,13 @@ class Throughput:
     rtt_loaded_s: list[float] = field(default_factory=list)
 
 
-def _sender_class_bytes(ns: str, ifname: str) -> int | None:
+def sender_class_bytes(ns: str, ifname: str) -> int | None:
     with namespaces.iproute(ns) as ipr:
         classes = shaping.describe(ipr, ifname)["classes"]
     return classes[0].get("sent_bytes") if classes else None
 
 
-class _Echo:
+class Echo:
     """A UDP echo server inside a namespace, for as long as the ``with`` lasts."""
 
     def __init__(self, ns: str, addr: str, port: int = ECHO_PORT):
@@ -55,7 +55,7 @@ class _Echo:
                 continue
             self.sock.sendto(data, peer)
 
-    def __enter__(self) -> "_Echo":
+    def __enter__(self) -> "Echo":
         self.thread.start()
         return self
 
@@ -65,7 +65,7 @@ class _Echo:
         self.sock.close()
 
 
-def _ping(client_ns: str, addr: str, count: int, interval_s: float, timeout_s: float,
+def ping(client_ns: str, addr: str, count: int, interval_s: float, timeout_s: float,
           port: int = ECHO_PORT) -> tuple[list[float], int]:
     """RTTs of the echoed probes, and how many were sent."""
     sock = netns.create_socket(client_ns, socket.AF_INET, socket.SOCK_DGRAM)
@@ -94,17 +94,17 @@ def _ping(client_ns: str, addr: str, count: int, interval_s: float, timeout_s: f
 def rtt_s(client_ns: str, server_ns: str, server_addr: str, count: int = 20, interval_s: float = 0.02) -> list[float]:
     """Round-trip times of ``count`` small UDP probes on an idle path (after one unrecorded probe
     that resolves the neighbours' addresses, which would otherwise add a round trip)."""
-    with _Echo(server_ns, server_addr):
-        _ping(client_ns, server_addr, 1, 0.0, timeout_s=1.0)
-        rtts, _ = _ping(client_ns, server_addr, count, interval_s, timeout_s=1.0)
+    with Echo(server_ns, server_addr):
+        ping(client_ns, server_addr, 1, 0.0, timeout_s=1.0)
+        rtts, _ = ping(client_ns, server_addr, count, interval_s, timeout_s=1.0)
     return rtts
 
 
 def loss_fraction(client_ns: str, server_ns: str, server_addr: str, count: int = 2000,
                   interval_s: float = 0.0005, port: int = ECHO_PORT) -> float:
     """Fraction of ``count`` paced probes whose echo never came back (both directions' loss)."""
-    with _Echo(server_ns, server_addr, port):
-        _ping(client_ns, server_addr, 3, 0.0, timeout_s=1.0, port=port)
+    with Echo(server_ns, server_addr, port):
+        ping(client_ns, server_addr, 3, 0.0, timeout_s=1.0, port=port)
         sock = netns.create_socket(client_ns, socket.AF_INET, socket.SOCK_DGRAM)
         sock.settimeout(1.0)
         back: set[int] = set()
@@ -154,7 +154,7 @@ def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float 
     receiver.start()
     client = netns.create_socket(client_ns)
     loaded: list[float] = []
-    echo = _Echo(server_ns, server_addr) if probe_rtt else None
+    echo = Echo(server_ns, server_addr) if probe_rtt else None
     try:
         client.settimeout(10)
         client.connect((server_addr, port))
@@ -164,14 +164,14 @@ def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float 
         prober = None
         while (elapsed := time.perf_counter() - start) < warmup_s + seconds:
             if wire0 is None and elapsed >= warmup_s:
-                wire0 = (time.perf_counter(), _sender_class_bytes(client_ns, "eth0"))
+                wire0 = (time.perf_counter(), sender_class_bytes(client_ns, "eth0"))
                 if echo:
                     echo.__enter__()
                     prober = threading.Thread(target=lambda: loaded.extend(
-                        _ping(client_ns, server_addr, 10, seconds / 12, timeout_s=2.0)[0]), daemon=True)
+                        ping(client_ns, server_addr, 10, seconds / 12, timeout_s=2.0)[0]), daemon=True)
                     prober.start()
             client.sendall(payload)
-        wire1 = (time.perf_counter(), _sender_class_bytes(client_ns, "eth0"))
+        wire1 = (time.perf_counter(), sender_class_bytes(client_ns, "eth0"))
         if prober:
             prober.join()
     finally:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from typing import Iterable, Iterator
+import subprocess
+from typing import Any, Iterable, Iterator
 
 import psutil
 from pyroute2 import IPRoute, netns
@@ -57,6 +58,11 @@ def iproute(name: str | None) -> Iterator[IPRoute]:
 def enter(name: str) -> None:
     """Move the calling process into a namespace (for a child's preexec_fn)."""
     netns.setns(name, flags=0)
+
+
+def popen(name: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``name`` (argv list, never a shell)."""
+    return subprocess.Popen(argv, preexec_fn=lambda: enter(name), **kwargs)
 
 
 def _inode(path: str) -> tuple[int, int] | None:

@@ -1,0 +1,130 @@
+"""Trust but verify: measure every node's paths before a run and compare them with the topology.
+
+Each node sends to the next one around a ring (for two nodes: both directions), so every
+node's upload and every node's download is measured once. The target of a path is its
+bottleneck rate and the sum of its delays, from the TopologySpec. Throughput is measured with
+iperf3 when it is installed, else with the built-in TCP probe; either way the wire rate is read
+from the sender's htb counter over the steady part of the transfer, and RTT with UDP probes,
+idle and under that load.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from ..spec import TopologySpec
+from . import measure, namespaces
+
+TOLERANCE = 0.10          # a path is a miss when its wire rate is more than 10 % off its target
+RTT_SLACK_S = 0.001       # ... or its idle RTT is off by more than max(1 ms, 10 %)
+IPERF_PORT = 5211
+
+
+@dataclass
+class PathResult:
+    src: int
+    dst: int
+    tool: str
+    target_bps: int
+    target_rtt_s: float
+    wire_bps: float | None
+    goodput_bps: float
+    rtt_idle_s: float | None
+    rtt_loaded_s: float | None
+
+    @property
+    def rate_error(self) -> float | None:
+        return None if self.wire_bps is None else (self.wire_bps - self.target_bps) / self.target_bps
+
+    @property
+    def miss(self) -> str | None:
+        """Why this path misses its target, or None."""
+        if self.wire_bps is None or abs(self.rate_error) > TOLERANCE:
+            got = "no wire rate" if self.wire_bps is None else f"{self.wire_bps / 1e6:.1f} Mbit/s"
+            return f"node {self.src} -> {self.dst}: {got} against a target of {self.target_bps / 1e6:g} Mbit/s"
+        if self.rtt_idle_s is None or abs(self.rtt_idle_s - self.target_rtt_s) > max(RTT_SLACK_S, TOLERANCE * self.target_rtt_s):
+            got = "no RTT" if self.rtt_idle_s is None else f"RTT {self.rtt_idle_s * 1e3:.2f} ms"
+            return f"node {self.src} -> {self.dst}: {got} against a target of {self.target_rtt_s * 1e3:.2f} ms"
+        return None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "rate_error": self.rate_error, "miss": self.miss}
+
+
+def pairs(n: int) -> list[tuple[int, int]]:
+    return [(i, (i + 1) % n) for i in range(n)] if n > 1 else []
+
+
+def targets(topo: TopologySpec, src: int, dst: int) -> tuple[int, float]:
+    """(bottleneck rate, round-trip delay) of the path src -> dst and back."""
+    out, back = topo.path(src, dst), topo.path(dst, src)
+    return min(d.rate_bps for d in out), sum(d.delay_s for d in out) + sum(d.delay_s for d in back)
+
+
+def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: float = 1.0,
+              tool: str = "auto") -> list[PathResult]:
+    """Measure every ring path; ``nodes`` have ``netns`` and ``address`` (net.topology.NodePort)."""
+    use_iperf = tool == "iperf3" or (tool == "auto" and shutil.which("iperf3") is not None)
+    results = []
+    for src, dst in pairs(len(nodes)):
+        a, b = nodes[src], nodes[dst]
+        rate, rtt = targets(topo, src, dst)
+        idle = measure.median(measure.rtt_s(a.netns, b.netns, b.address, count=10))
+        if use_iperf:
+            flow = _iperf3(a, b, seconds, warmup_s)
+        else:
+            flow = measure.throughput(b.netns, b.address, a.netns, seconds=seconds, warmup_s=warmup_s, probe_rtt=True)
+        results.append(PathResult(src, dst, "iperf3" if use_iperf else "builtin", rate, rtt, flow.wire_bps,
+                                  flow.goodput_bps, idle, measure.median(flow.rtt_loaded_s)))
+    return results
+
+
+def _iperf3_client(a, b, seconds: float, warmup_s: float) -> subprocess.Popen:
+    """Start the client, retrying while the server is not listening yet (probing its port
+    ourselves would use up its single session)."""
+    argv = ["iperf3", "-c", b.address, "-p", str(IPERF_PORT), "-t", f"{warmup_s + seconds:g}", "-O", f"{warmup_s:g}", "-J"]
+    for _ in range(50):
+        client = namespaces.popen(a.netns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        try:
+            out, _ = client.communicate(timeout=0.3)
+        except subprocess.TimeoutExpired:
+            return client                      # connected and running
+        if "unable to connect" not in out:
+            raise RuntimeError(f"iperf3 {a.address} -> {b.address} failed: {out.strip()[:300]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"iperf3 server on {b.address} never started listening")
+
+
+def _iperf3(a, b, seconds: float, warmup_s: float) -> measure.Throughput:
+    """One iperf3 TCP test a -> b; wire rate and loaded RTT sampled alongside it."""
+    server = namespaces.popen(b.netns, ["iperf3", "-s", "-1", "-B", b.address, "-p", str(IPERF_PORT)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        client = _iperf3_client(a, b, seconds, warmup_s)
+        time.sleep(warmup_s)
+        t0, c0 = time.perf_counter(), measure.sender_class_bytes(a.netns, "eth0")
+        loaded: list[float] = []
+        with measure.Echo(b.netns, b.address):
+            prober = threading.Thread(target=lambda: loaded.extend(
+                measure.ping(a.netns, b.address, 10, seconds / 12, timeout_s=2.0)[0]), daemon=True)
+            prober.start()
+            prober.join()
+        time.sleep(max(0.0, t0 + 0.9 * seconds - time.perf_counter()))   # close the window while it still sends
+        t1, c1 = time.perf_counter(), measure.sender_class_bytes(a.netns, "eth0")
+        out, err = client.communicate(timeout=warmup_s + seconds + 30)
+        report = json.loads(out)
+        if "error" in report:
+            raise RuntimeError(f"iperf3 {a.address} -> {b.address}: {report['error']}")
+        goodput = report["end"]["sum_received"]["bits_per_second"]
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    wire = (c1 - c0) * 8 / (t1 - t0) if c0 is not None and c1 is not None else None
+    return measure.Throughput(goodput_bps=goodput, wire_bps=wire, rtt_loaded_s=loaded)
