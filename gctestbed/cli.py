@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compress, results, runner, topofile, workloads
+from . import compress, results, runner, testbed, topofile, workloads
+from .net import calibrate as calibration
 from .spec import (MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
                    parse_choice, parse_duration, parse_percent, parse_rate, resolve_options)
 
@@ -38,23 +39,36 @@ def main() -> None:
     """Measure whether gradient compression speeds up data-parallel training on a shaped network."""
 
 
+def network_options(f):
+    """The flags that describe the cluster's network, shared by run, up and calibrate."""
+    for option in reversed(_NETWORK_OPTIONS):
+        f = option(f)
+    return f
+
+
+_NETWORK_OPTIONS = [
+    click.option("--nodes", default="2", show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}."),
+    click.option("--bw", default="1gbit", show_default=True,
+                 help="Link rate of every node (upload, and download unless --bw-down), in tc's units: bit, kbit, "
+                      "mbit, gbit, tbit are BITS per second; bps, kbps, mbps, gbps are BYTES per second "
+                      "(so 100mbps = 800mbit)."),
+    click.option("--bw-down", default=None, help="Download rate of every node, if it differs from --bw (same units)."),
+    click.option("--latency", default="0", show_default=True,
+                 help="One-way delay between any two nodes, in us, ms or s: the round trip is twice this, however "
+                      "the topology splits it across hops."),
+    click.option("--jitter", default="0", show_default=True,
+                 help="Random variation of that one-way delay (uniform, +/-), never reordering packets."),
+    click.option("--loss", default="0", show_default=True, help="Packet loss between two nodes, in percent (e.g. 0.5%)."),
+    click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default="auto", show_default=True,
+                 help="How delay, jitter and loss are made: the kernel's netem, or gctestbed's userspace delay line "
+                      "on TAP devices (for kernels without netem); auto prefers netem."),
+    click.option("--topology", "topology_file", default=None, type=click.Path(dir_okay=False),
+                 help="A topology TOML file (see docs/topologies.md); replaces --nodes/--bw/--latency/--jitter/--loss."),
+]
+
+
 @main.command()
-@click.option("--nodes", default="2", show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}.")
-@click.option("--bw", default="1gbit", show_default=True,
-              help="Link rate of every node (upload, and download unless --bw-down), in tc's units: bit, kbit, mbit, "
-                   "gbit, tbit are BITS per second; bps, kbps, mbps, gbps are BYTES per second (so 100mbps = 800mbit).")
-@click.option("--bw-down", default=None, help="Download rate of every node, if it differs from --bw (same units).")
-@click.option("--latency", default="0", show_default=True,
-              help="One-way delay between any two nodes, in us, ms or s: the round trip is twice this, however "
-                   "the topology splits it across hops.")
-@click.option("--jitter", default="0", show_default=True,
-              help="Random variation of that one-way delay (uniform, +/-), never reordering packets.")
-@click.option("--loss", default="0", show_default=True, help="Packet loss between two nodes, in percent (e.g. 0.5%).")
-@click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default="auto", show_default=True,
-              help="How delay, jitter and loss are made: the kernel's netem, or gctestbed's userspace delay line on "
-                   "TAP devices (for kernels without netem); auto prefers netem.")
-@click.option("--topology", "topology_file", default=None, type=click.Path(dir_okay=False),
-              help="A topology TOML file (see docs/topologies.md); replaces --nodes/--bw/--latency/--jitter/--loss.")
+@network_options
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Measure every link before training and stop if one misses its target by more than 10 %.")
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses (the run is marked as such).")
@@ -162,6 +176,105 @@ def clean():
         click.echo("nothing to clean")
     if problems:
         click.echo("could not remove: " + "; ".join(problems), err=True)
+        sys.exit(1)
+
+
+def _network_spec(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file) -> RunSpec:
+    return build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                      latency_impl=latency_impl, topology_file=topology_file, compressor="none", workload="mlp",
+                      steps="1", batch_size="1", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
+                      results_dir="results")
+
+
+@main.command()
+@network_options
+def up(**network):
+    """Bring a shaped cluster up and leave it running; prints its name."""
+    state = testbed.up(_network_spec(**network))
+    table = Table(title=f"gct-{state.run_id}  (delay: {state.meta['latency_impl']}, subnet {state.subnet})")
+    for col in ("node", "namespace", "address"):
+        table.add_column(col)
+    for n in state.meta["nodes"]:
+        table.add_row(str(n["rank"]), n["netns"], n["address"])
+    console.print(table)
+    console.print(f"run programs in it with: gctestbed exec gct-{state.run_id} NODE -- CMD ...; "
+                  f"remove it with: gctestbed down gct-{state.run_id}")
+    click.echo(f"gct-{state.run_id}")
+
+
+@main.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def exec_(name, node, command):
+    """Run COMMAND inside NODE (a rank or namespace) of cluster NAME: gctestbed exec NAME 0 -- CMD ..."""
+    testbed.exec_in(name, node, list(command))
+
+
+@main.command(name="ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ls_(as_json):
+    """List clusters brought up with 'up' and runs in progress."""
+    rows = testbed.listing()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table()
+    for col in ("name", "kind", "alive", "nodes", "subnet", "delay"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["kind"], "yes" if r["alive"] else "no (gctestbed clean)", str(r["nodes"]),
+                      r["subnet"], r["latency_impl"] or "-")
+    Console().print(table if rows else "no clusters or runs")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Also tear down the network of a run that is still going.")
+def down(name, force):
+    """Remove cluster NAME and everything it made."""
+    problems = testbed.down(name, force)
+    if problems:
+        click.echo("could not remove: " + "; ".join(problems), err=True)
+        sys.exit(1)
+    click.echo(f"removed {name}")
+
+
+@main.command(name="calibrate")
+@click.argument("name", required=False)
+@network_options
+@click.option("--seconds", default=3.0, show_default=True, help="Measured seconds per path (after a 1 s warm-up).")
+@click.option("--tool", type=click.Choice(["auto", "iperf3", "builtin"]), default="auto", show_default=True,
+              help="Throughput tool: iperf3 when installed, else the built-in TCP probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+def calibrate_(name, seconds, tool, as_json, results_dir, **network):
+    """Measure throughput and RTT of every path of cluster NAME, or of a cluster built from the flags."""
+    state = testbed.ledger.find(name) if name else testbed.up(_network_spec(**network))
+    try:
+        spec = RunSpec.from_json(state.meta["spec"])
+        nodes = [testbed.namespaces_node(n) for n in state.meta["nodes"]]
+        paths = calibration.calibrate(spec.network(), nodes, seconds=seconds, tool=tool)
+    finally:
+        if not name:
+            state.undo()
+    recorder = results.Recorder(results_dir, state.run_id)
+    for p in paths:
+        recorder.calibration(p.to_dict())
+    recorder.close()
+    if as_json:
+        click.echo(json.dumps([p.to_dict() for p in paths], indent=2))
+    else:
+        table = Table(title=f"calibration of gct-{state.run_id}")
+        for col in ("path", "tool", "target", "wire rate", "goodput", "target RTT", "RTT idle", "RTT loaded", ""):
+            table.add_column(col)
+        for p in paths:
+            table.add_row(f"{p.src} -> {p.dst}", p.tool, format_rate(p.target_bps), _fmt(p.wire_bps, " Mbit/s", 1e6),
+                          _fmt(p.goodput_bps, " Mbit/s", 1e6), _fmt(p.target_rtt_s, " ms", 1e-3),
+                          _fmt(p.rtt_idle_s, " ms", 1e-3), _fmt(p.rtt_loaded_s, " ms", 1e-3), p.miss and "MISS" or "ok")
+        Console().print(table)
+    if any(p.miss for p in paths):
+        click.echo("gctestbed: " + "; ".join(p.miss for p in paths if p.miss), err=True)
         sys.exit(1)
 
 

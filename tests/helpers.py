@@ -60,8 +60,9 @@ def leftovers(run_id: str) -> list[str]:
         found.append("ledger file")
     for p in psutil.process_iter(["pid", "cmdline", "environ"]):
         try:
-            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix):
-                found.append(f"process {p.pid}: {' '.join(p.info['cmdline'] or [])}")
+            cmdline = " ".join(p.info["cmdline"] or [])
+            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix) or prefix in cmdline:
+                found.append(f"process {p.pid}: {cmdline}")
         except psutil.Error:
             continue
     return found

@@ -41,6 +41,8 @@ class RunState:
     owner_started: float
     subnet: str
     results_db: str = ""
+    persistent: bool = False                 # an interactive cluster: outlives its owner until 'down'
+    meta: dict = field(default_factory=dict)  # what 'exec' and 'ls' need: nodes, addresses, topology
     objects: list[dict] = field(default_factory=list)
     path: str = ""
 
@@ -68,6 +70,14 @@ class RunState:
                         path=os.path.join(directory, f"{run_id}.json"))
             state._write()
         return state
+
+    def update(self, **fields) -> None:
+        """Set ledger fields (``persistent``, ``meta``) and write them out."""
+        for key, value in fields.items():
+            if key not in ("persistent", "meta"):
+                raise KeyError(key)
+            setattr(self, key, value)
+        self._write()
 
     def add(self, kind: str, **where) -> None:
         """Record an object (``netns``, ``link``, ``qdisc``, ``process``) before creating it."""
@@ -155,6 +165,16 @@ def _locked(directory: str) -> Iterator[None]:
         os.close(fd)
 
 
+def find(name: str) -> RunState:
+    """The ledger of cluster ``name`` (``gct-<id>`` or ``<id>``)."""
+    run_id = name.removeprefix("gct-")
+    path = os.path.join(state_dir(), f"{run_id}.json")
+    if not os.path.exists(path):
+        live = ", ".join(f"gct-{s.run_id}" for s in load_all()) or "none"
+        raise UserError(f"there is no cluster named {name}; clusters: {live}.")
+    return load(path)
+
+
 def load(path: str) -> RunState:
     with open(path) as f:
         data = json.load(f)
@@ -176,11 +196,12 @@ def load_all() -> list[RunState]:
 
 
 def clean_dead() -> tuple[list[RunState], list[str]]:
-    """Undo the ledgers of runs whose owner process is gone; live runs are left alone."""
+    """Undo the ledgers of runs whose owner process is gone; live runs and clusters brought up
+    with 'gctestbed up' (removed with 'gctestbed down') are left alone."""
     cleaned, problems = [], []
     with _locked_if_present():
         for state in load_all():
-            if not state.owner_alive():
+            if not state.persistent and not state.owner_alive():
                 problems += state.undo()
                 cleaned.append(state)
     return cleaned, problems
