@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compress, results, runner, testbed, topofile, workloads
+from . import compress, doctor, results, runner, testbed, topofile, workloads
 from .net import calibrate as calibration
 from .spec import (MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
                    parse_choice, parse_duration, parse_percent, parse_rate, resolve_options)
@@ -276,6 +276,23 @@ def calibrate_(name, seconds, tool, as_json, results_dir, **network):
     if any(p.miss for p in paths):
         click.echo("gctestbed: " + "; ".join(p.miss for p in paths if p.miss), err=True)
         sys.exit(1)
+
+
+@main.command(name="doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def doctor_(as_json):
+    """Check what this host can do: privileges, kernel features (tried, not guessed), tools, CUDA/NCCL."""
+    checks = doctor.diagnose()
+    if as_json:
+        click.echo(json.dumps(doctor.to_json(checks), indent=2))
+        return
+    table = Table(title="gctestbed doctor")
+    for col in ("", "check", "found", "without it", "to get it"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row("[green]ok[/]" if c.ok else "[red]--[/]", c.name, c.detail, "" if c.ok else c.disables,
+                      "" if c.ok else c.fix)
+    Console().print(table)
 
 
 def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
