@@ -250,22 +250,25 @@ def down(name, force):
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
 def calibrate_(name, seconds, tool, as_json, results_dir, **network):
     """Measure throughput and RTT of every path of cluster NAME, or of a cluster built from the flags."""
-    state = testbed.ledger.find(name) if name else testbed.up(_network_spec(**network))
-    try:
-        spec = RunSpec.from_json(state.meta["spec"])
-        nodes = [testbed.namespaces_node(n) for n in state.meta["nodes"]]
-        paths = calibration.calibrate(spec.network(), nodes, seconds=seconds, tool=tool)
-    finally:
-        if not name:
-            state.undo()
-    recorder = results.Recorder(results_dir, state.run_id)
+    if name:
+        state = testbed.ledger.find(name)
+        cluster_id = state.run_id
+        topo = RunSpec.from_json(state.meta["spec"]).network()
+        paths = calibration.calibrate(topo, [testbed.namespaces_node(n) for n in state.meta["nodes"]],
+                                      seconds=seconds, tool=tool)
+    else:
+        topo = _network_spec(**network).network()
+        with testbed.scratch(topo, network["latency_impl"]) as net:
+            cluster_id = net.prefix.removeprefix("gct-")
+            paths = calibration.calibrate(topo, net.nodes, seconds=seconds, tool=tool)
+    recorder = results.Recorder(results_dir, cluster_id)
     for p in paths:
         recorder.calibration(p.to_dict())
     recorder.close()
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in paths], indent=2))
     else:
-        table = Table(title=f"calibration of gct-{state.run_id}")
+        table = Table(title=f"calibration of gct-{cluster_id}")
         for col in ("path", "tool", "target", "wire rate", "goodput", "target RTT", "RTT idle", "RTT loaded", ""):
             table.add_column(col)
         for p in paths:
@@ -293,6 +296,51 @@ def doctor_(as_json):
         table.add_row("[green]ok[/]" if c.ok else "[red]--[/]", c.name, c.detail, "" if c.ok else c.disables,
                       "" if c.ok else c.fix)
     Console().print(table)
+
+
+@main.group()
+def bench():
+    """Benchmarks: measure on this machine, print a table (or JSON)."""
+
+
+@bench.command(name="net")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.option("--seconds", default=3.0, show_default=True, help="Measured seconds per cell (after a 1.5 s warm-up).")
+@click.option("--rates", default="10mbit,100mbit,500mbit,1gbit", show_default=True, help="Comma-separated rates.")
+@click.option("--latencies", default="0,1ms,5ms,20ms", show_default=True, help="Comma-separated one-way latencies.")
+def bench_net(as_json, seconds, rates, latencies):
+    """Configured against measured throughput and RTT, and this host's ceilings."""
+    from .bench import net as bench_net_
+    rate_list = [parse_rate(r) for r in rates.split(",")]
+    latency_list = [parse_duration(t) for t in latencies.split(",")]
+    with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task("bench net")
+        report = bench_net_.run(rate_list, latency_list, seconds, lambda text: bar.update(task, description=text))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    Console().print(bench_net_table(report))
+
+
+def bench_net_table(report: dict) -> Table:
+    floor, line0, ceiling = report["probe_floor"], report["delayline_0ms"], report["ceiling"]
+    table = Table(title=f"bench net on {report['machine']['cpus']} x {report['machine']['cpu']}, "
+                        f"kernel {report['machine']['kernel']}",
+                  caption=f"probe RTT floor (unshaped veth) {floor['rtt_idle_s'] * 1e3:.3f} ms; delay line adds "
+                          f"{line0['added_rtt_s'] * 1e3:.3f} ms at 0 ms; host ceiling {ceiling['veth_wire_bps'] / 1e9:.2f} "
+                          f"Gbit/s on veth, {ceiling['delayline_wire_bps'] / 1e9:.2f} Gbit/s through the delay line")
+    for col in ("rate", "latency", "delay by", "wire rate", "error", "goodput", "RTT target", "RTT idle",
+                "excess", "excess - floor", "RTT loaded", "rate", "RTT"):
+        table.add_column(col, justify="right")
+    for c in report["cells"]:
+        table.add_row(format_rate(c["rate_bps"]), format_duration(c["latency_s"]), c["impl"],
+                      _fmt(c["wire_bps"], " Mbit/s", 1e6, 4), _fmt(c["rate_error"] * 100 if c["rate_error"] is not None else None, "%", 1, 2),
+                      _fmt(c["goodput_bps"], " Mbit/s", 1e6, 4), f"{c['rtt_target_s'] * 1e3:g} ms",
+                      _fmt(c["rtt_idle_s"], " ms", 1e-3, 4), _fmt(c["rtt_excess_s"], " ms", 1e-3, 2),
+                      _fmt(c["rtt_excess_over_floor_s"], " ms", 1e-3, 2),
+                      _fmt(c["rtt_loaded_s"], " ms", 1e-3, 4), "ok" if c["rate_ok"] else "MISS",
+                      "ok" if c["rtt_ok"] else ("ok-floor" if c["rtt_ok_over_floor"] else "MISS"))
+    return table
 
 
 def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:

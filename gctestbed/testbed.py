@@ -7,13 +7,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 from .launch import state as ledger
 from .launch.netns import NetnsCluster
 from .launch.nodeenv import node_environment
-from .net import namespaces
-from .spec import RunSpec, UserError
+from .net import namespaces, topology
+from .spec import RunSpec, TopologySpec, UserError
 
 
 def up(spec: RunSpec) -> ledger.RunState:
@@ -31,6 +33,17 @@ def up(spec: RunSpec) -> ledger.RunState:
     state.update(meta={"spec": spec.to_json(), "latency_impl": cluster.network.impl,
                        "nodes": [{"rank": n.rank, "netns": n.name, "address": n.address} for n in nodes]})
     return state
+
+
+@contextlib.contextmanager
+def scratch(topo: TopologySpec, latency_impl: str = "auto", seed: int = 0) -> Iterator[topology.Network]:
+    """A network that exists only for the ``with`` block (ledgered, so a crash stays cleanable)."""
+    NetnsCluster.check_host()
+    state = ledger.RunState.create()
+    try:
+        yield topology.build(f"gct-{state.run_id}", state.subnet, topo, latency_impl, seed, state.add)
+    finally:
+        state.undo()
 
 
 def node_of(state: ledger.RunState, node: str) -> dict:

@@ -41,7 +41,7 @@ def load(path: str) -> TopologySpec:
         topo = parse(data, default_name=path.rsplit("/", 1)[-1].removesuffix(".toml"))
     except _Located as e:
         where = _line_of(text, e.table, e.index, e.key)
-        field = e.table + (f"[{e.index}]" if e.index is not None else "") + (f".{e.key}" if e.key else "")
+        field = ".".join(filter(None, [e.table + (f"[{e.index}]" if e.index is not None else ""), e.key]))
         raise SpecError(f"{path}, line {where}, {field}: {e.message.rstrip('.')}." if where else
                         f"{path}, {field}: {e.message.rstrip('.')}.") from None
     try:

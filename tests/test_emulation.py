@@ -29,9 +29,12 @@ def test_latency_sets_the_round_trip(ledger):
 def test_jitter_varies_delay_without_leaving_its_bounds(ledger):
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=100_000_000, latency_s=0.005, jitter_s=0.002)))
     a, b = net.nodes
-    rtts = measure.rtt_s(a.netns, b.netns, b.address, count=40)
-    assert max(rtts) - min(rtts) > 0.001
-    assert 0.010 - 0.004 - 0.0002 <= min(rtts) and max(rtts) <= 0.010 + 0.004 + 0.002
+    rtts = sorted(measure.rtt_s(a.netns, b.netns, b.address, count=60))
+    p5, p95 = rtts[len(rtts) // 20], rtts[-len(rtts) // 20]
+    # four hops of +/-1 ms uniform around 10 ms: spread out, but inside 6..14 ms (a busy 2-core
+    # VM may still hiccup on a single probe, hence percentiles rather than min and max)
+    assert p95 - p5 > 0.001
+    assert 0.006 - 0.0002 <= p5 and p95 <= 0.014 + 0.0005
 
 
 def test_loss_is_applied_within_statistical_bounds(ledger):

@@ -48,7 +48,8 @@ class NetnsCluster:
         """How delay is made and the qdisc configuration actually in the kernel, with counters."""
         if self.network is None:
             return {}
-        return {"latency_impl": self.network.impl, "qdiscs": self.network.describe()}
+        return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
+                "qdiscs": self.network.describe()}
 
     def final_counters(self) -> dict:
         """describe() plus the delay lines' own counters; stops the delay lines."""

@@ -2,18 +2,17 @@
 
 Rate is always htb on each end's egress. Delay, jitter and loss come from a netem leaf under
 the htb class where the kernel has netem, or from the userspace delay line, whose TAP devices
-then replace the veth pair. Both produce the same thing: interface ``a_if`` in ``a_ns`` and
+then replace the veth pair. Either way the result is interface ``a_if`` in ``a_ns`` and
 ``b_if`` in ``b_ns``, shaped, ready to be addressed or bridged.
 """
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
 from ..spec import Direction, Hop
-from . import delayline, namespaces, shaping
+from . import namespaces, shaping
 
 IMPLS = ("none", "netem", "delayline")
 
@@ -24,28 +23,28 @@ class Cable:
     a_if: str
     b_ns: str
     b_if: str
-    relay: subprocess.Popen | None = None
+    hop: Hop
+
+    def as_args(self) -> tuple[str, str, str, str, Hop]:
+        return self.a_ns, self.a_if, self.b_ns, self.b_if, self.hop
 
 
 def impaired(d: Direction) -> bool:
     return bool(d.delay_s or d.jitter_s or d.loss_pct)
 
 
-def connect(a_ns: str, a_if: str, b_ns: str, b_if: str, hop: Hop, impl: str, seed: int,
-            record: Callable[..., None]) -> Cable:
-    """Create and shape the cable; ``impl`` is how delay is made (``none`` when there is none)."""
+def create_veth(c: Cable, record: Callable[..., None]) -> None:
+    """Join the two ends with a veth pair (when no delay line provides TAP devices instead)."""
+    record("link", name=c.a_if, netns=c.a_ns, peer=c.b_if, peer_netns=c.b_ns)
+    with namespaces.iproute(c.a_ns) as ipr:
+        ipr.link("add", ifname=c.a_if, kind="veth", peer={"ifname": c.b_if, "net_ns_fd": c.b_ns})
+
+
+def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
+    """Shape both ends' egress; with ``impl`` netem, delay, jitter and loss go on a netem leaf."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}")
-    record("link", name=a_if, netns=a_ns, peer=b_if, peer_netns=b_ns)
-    relay = None
-    if impl == "delayline":
-        relay = delayline.start(a_ns, a_if, b_ns, b_if, hop.ab, hop.ba, seed, record)
-    else:
-        with namespaces.iproute(a_ns) as ipr:
-            ipr.link("add", ifname=a_if, kind="veth", peer={"ifname": b_if, "net_ns_fd": b_ns})
-    netem = impl == "netem"
-    for ns, ifname, direction in ((a_ns, a_if, hop.ab), (b_ns, b_if, hop.ba)):
+    for ns, ifname, direction in ((c.a_ns, c.a_if, c.hop.ab), (c.b_ns, c.b_if, c.hop.ba)):
         with namespaces.iproute(ns) as ipr:
             record("qdisc", dev=ifname, netns=ns)
-            shaping.apply(ipr, ifname, direction, netem=netem)
-    return Cable(a_ns, a_if, b_ns, b_if, relay)
+            shaping.apply(ipr, ifname, direction, netem=impl == "netem")

@@ -5,7 +5,7 @@ node's upload and every node's download is measured once. The target of a path i
 bottleneck rate and the sum of its delays, from the TopologySpec. Throughput is measured with
 iperf3 when it is installed, else with the built-in TCP probe; either way the wire rate is read
 from the sender's htb counter over the steady part of the transfer, and RTT with UDP probes,
-idle and under that load.
+idle and under that load (iputils ping when installed, else a UDP echo).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -109,12 +108,7 @@ def _iperf3(a, b, seconds: float, warmup_s: float) -> measure.Throughput:
         client = _iperf3_client(a, b, seconds, warmup_s)
         time.sleep(warmup_s)
         t0, c0 = time.perf_counter(), measure.sender_class_bytes(a.netns, "eth0")
-        loaded: list[float] = []
-        with measure.Echo(b.netns, b.address):
-            prober = threading.Thread(target=lambda: loaded.extend(
-                measure.ping(a.netns, b.address, 10, seconds / 12, timeout_s=2.0)[0]), daemon=True)
-            prober.start()
-            prober.join()
+        loaded = measure.loaded_rtts(a.netns, b.netns, b.address, 10, seconds / 12)
         time.sleep(max(0.0, t0 + 0.9 * seconds - time.perf_counter()))   # close the window while it still sends
         t1, c1 = time.perf_counter(), measure.sender_class_bytes(a.netns, "eth0")
         out, err = client.communicate(timeout=warmup_s + seconds + 30)

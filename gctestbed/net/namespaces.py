@@ -7,9 +7,12 @@ them and ``gctestbed clean`` can find them again from a ledger after a crash.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import subprocess
+import threading
 from typing import Any, Iterable, Iterator
 
 import psutil
@@ -19,6 +22,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from ..spec import UserError
 
 NETNS_DIR = "/run/netns"
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
 def create(name: str) -> None:
@@ -63,6 +68,34 @@ def enter(name: str) -> None:
 def popen(name: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
     """Start ``argv`` inside namespace ``name`` (argv list, never a shell)."""
     return subprocess.Popen(argv, preexec_fn=lambda: enter(name), **kwargs)
+
+
+def write_sysctl(name: str, key: str, value: str) -> None:
+    """Set ``net.*`` sysctl ``key`` (e.g. ``net/ipv4/tcp_wmem``) inside namespace ``name``.
+
+    net sysctls belong to the namespace of the thread that opens them, so a short-lived thread
+    enters the namespace, writes, and ends; the rest of the process stays where it was.
+    """
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns {name}")
+            finally:
+                os.close(fd)
+            with open(f"/proc/sys/{key}", "w") as f:
+                f.write(value)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            errors.append(e)
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
 
 
 def _inode(path: str) -> tuple[int, int] | None:

@@ -10,6 +10,7 @@ egress it leaves by.
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,13 +29,34 @@ class NodePort:
     port: str
 
 
+TCP_BUFFER_FLOOR = 6 << 20      # never below Linux's usual autotuning maximum
+
+
+def tcp_buffer_bytes(topo: TopologySpec, rank: int) -> int:
+    """Socket buffer limit for a node: 4 x the largest bandwidth-delay product of its paths.
+
+    A TCP sender keeps at most its send buffer in flight, so a stock 4 MB limit caps a 1 Gbit/s
+    stream at ~600 Mbit/s once the RTT reaches 40 ms; hosts on such links are tuned, and so are
+    our nodes (the values are recorded with the run).
+    """
+    bdp = 0.0
+    for other in range(len(topo.nodes)):
+        if other != rank:
+            out, back = topo.path(rank, other), topo.path(other, rank)
+            rtt = sum(d.delay_s + d.jitter_s for d in out + back)
+            bdp = max(bdp, min(d.rate_bps for d in out) / 8 * rtt)
+    return max(TCP_BUFFER_FLOOR, int(4 * bdp))
+
+
 @dataclass
 class Network:
     prefix: str
     impl: str
+    tcp_buffers: dict[str, int]
     switches: dict[str, str]               # switch name -> namespace
     nodes: list[NodePort]
     cables: list[cable.Cable] = field(default_factory=list)
+    relay: subprocess.Popen | None = None
 
     def describe(self) -> dict:
         """The configuration the kernel reports on every shaped egress, with its counters."""
@@ -47,8 +69,8 @@ class Network:
         return out
 
     def stop_relays(self) -> dict:
-        """Stop the delay lines and return their counters by cable."""
-        return {f"{c.a_ns}/{c.a_if}": delayline.stop(c.relay) for c in self.cables if c.relay}
+        """Stop the delay line and return its counters by direction of each cable."""
+        return delayline.stop(self.relay) if self.relay else {}
 
 
 def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Record) -> str:
@@ -75,6 +97,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
         ns = f"{prefix}-sw{i}"
         record("netns", name=ns, switch=name)
         namespaces.create(ns)
+        _quiet_ipv6(ns)
         with namespaces.iproute(ns) as ipr:
             record("link", name=f"{prefix}-br", netns=ns)
             ipr.link("add", ifname=f"{prefix}-br", kind="bridge")
@@ -82,27 +105,51 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         switches[name] = ns
     impl = choose_impl(latency_impl, topo, next(iter(switches.values())), record)
-    network = Network(prefix=prefix, impl=impl, switches=switches, nodes=[])
+    network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[])
     for rank, attach in enumerate(topo.nodes):
-        node_ns, port, sw_ns = f"{prefix}-n{rank}", f"{prefix}-p{rank}", switches[attach.switch]
+        node_ns = f"{prefix}-n{rank}"
         record("netns", name=node_ns)
         namespaces.create(node_ns)
-        network.cables.append(cable.connect(node_ns, "eth0", sw_ns, port, attach.hop, impl, seed * 1000 + rank, record))
+        _quiet_ipv6(node_ns)
+        network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop))
+    for j, trunk in enumerate(topo.trunks):
+        network.cables.append(cable.Cable(switches[trunk.a], f"{prefix}-t{j}a", switches[trunk.b], f"{prefix}-t{j}b",
+                                          trunk.hop))
+    if impl == "delayline":
+        for c in network.cables:
+            record("link", name=c.a_if, netns=c.a_ns, peer=c.b_if, peer_netns=c.b_ns)
+        network.relay = delayline.start([c.as_args() for c in network.cables], seed, record)
+    else:
+        for c in network.cables:
+            cable.create_veth(c, record)
+    for c in network.cables:
+        cable.shape(c, impl, record)
+    for rank, c in enumerate(network.cables[:len(topo.nodes)]):
         address = str(net[rank + 1])
-        with namespaces.iproute(node_ns) as ipr:
+        with namespaces.iproute(c.a_ns) as ipr:
             index = ipr.link_lookup(ifname="eth0")[0]
             ipr.addr("add", index=index, address=address, prefixlen=net.prefixlen)
             ipr.link("set", index=index, state="up")
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-        _bridge(sw_ns, prefix, port)
-        network.nodes.append(NodePort(rank, node_ns, address, sw_ns, port))
-    for j, trunk in enumerate(topo.trunks):
-        a_ns, b_ns = switches[trunk.a], switches[trunk.b]
-        a_if, b_if = f"{prefix}-t{j}a", f"{prefix}-t{j}b"
-        network.cables.append(cable.connect(a_ns, a_if, b_ns, b_if, trunk.hop, impl, seed * 1000 + 500 + j, record))
-        _bridge(a_ns, prefix, a_if)
-        _bridge(b_ns, prefix, b_if)
+        limit = tcp_buffer_bytes(topo, rank)
+        namespaces.write_sysctl(c.a_ns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
+        namespaces.write_sysctl(c.a_ns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
+        network.tcp_buffers[c.a_ns] = limit
+        network.nodes.append(NodePort(rank, c.a_ns, address, c.b_ns, c.b_if))
+    for c in network.cables[len(topo.nodes):]:
+        _bridge(c.a_ns, prefix, c.a_if)
+    for c in network.cables:
+        _bridge(c.b_ns, prefix, c.b_if)
     return network
+
+
+def _quiet_ipv6(ns: str) -> None:
+    """IPv6 autoconfiguration chatter (DAD, router solicitations, MLD) would cross the shaped
+    links and the byte counters; the testbed speaks IPv4 only."""
+    try:
+        namespaces.write_sysctl(ns, "net/ipv6/conf/all/disable_ipv6", "1")
+    except FileNotFoundError:
+        pass                                  # a kernel without IPv6 has nothing to quiet
 
 
 def _bridge(ns: str, prefix: str, ifname: str) -> None:

@@ -1,16 +1,22 @@
-// gct-delayline: a userspace delay line between two TAP devices, for kernels without netem.
+// gct-delayline: a userspace delay line on TAP devices, for kernels without netem.
 //
-// Each direction is a timestamped FIFO: a frame read from one TAP is written to the other once
-// its delay (plus optional jitter, never reordering) has passed, unless the loss draw drops it.
-// Frames keep flowing through the kernel's own TCP at both ends, so senders see the real RTT
+// Every cable of a network is a pair of TAP devices (one in each namespace it joins), and each
+// direction of a cable is a timestamped FIFO: a frame read from one TAP is written to the other
+// once its delay (plus optional jitter, never reordering) has passed, unless the loss draw drops
+// it. Frames keep flowing through the kernel's own TCP at both ends, so senders see the real RTT
 // (this is not a proxy). With offloads on, the kernel hands over whole GSO frames (up to 64 KB)
-// with a virtio-net header, which is what lets one core move ~1 Gbit/s; with loss configured the
-// launcher turns offloads off so that loss applies per MTU-sized packet, as on a wire.
+// with a virtio-net header, which is what lets one core move ~1 Gbit/s; a cable with loss has
+// offloads off so that loss applies per MTU-sized packet, as on a wire.
 //
-// usage: gct-delayline NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM
-//                      BA_DELAY_US BA_JITTER_US BA_LOSS_PPM SEED OFFLOAD(0|1)
-// NETNS_* are paths (/run/netns/NAME). Prints "ready" once both TAPs are attached, and a JSON
-// line of counters on SIGTERM/SIGINT.
+// One process serves every cable: writing a frame into a switch-side TAP makes the kernel bridge
+// it to the next cable's TAP at once, and the same (awake) thread picks it up on its next
+// zero-timeout poll, instead of a second process paying an idle CPU's wake-up on every hop.
+//
+// usage: gct-delayline SEED CABLE...   where each CABLE is 11 arguments:
+//   NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM BA_DELAY_US BA_JITTER_US
+//   BA_LOSS_PPM OFFLOAD(0|1)
+// NETNS_* are paths (/run/netns/NAME). Prints "ready" once every TAP is attached, and one JSON
+// line of counters per direction on SIGTERM/SIGINT.
 
 #include <fcntl.h>
 #include <linux/if.h>
@@ -30,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,6 +81,7 @@ struct Frame {
 };
 
 struct Direction {
+  std::string name;
   int from, to;
   int64_t delay_ns, jitter_ns;
   uint32_t loss_ppm;
@@ -116,10 +124,14 @@ struct Direction {
   }
 };
 
-void arm(int tfd, const Direction& a, const Direction& b) {
+int64_t earliest(const std::vector<std::unique_ptr<Direction>>& dirs) {
   int64_t next = INT64_MAX;
-  if (!a.queue.empty()) next = a.queue.front().due_ns;
-  if (!b.queue.empty() && b.queue.front().due_ns < next) next = b.queue.front().due_ns;
+  for (const auto& d : dirs)
+    if (!d->queue.empty() && d->queue.front().due_ns < next) next = d->queue.front().due_ns;
+  return next;
+}
+
+void arm(int tfd, int64_t next) {
   itimerspec spec{};
   if (next != INT64_MAX) {
     next -= kSpinNs;
@@ -135,18 +147,31 @@ void on_signal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 13) {
-    std::fprintf(stderr, "usage: %s NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM "
-                         "BA_DELAY_US BA_JITTER_US BA_LOSS_PPM SEED OFFLOAD\n", argv[0]);
+  constexpr int kPerCable = 11;
+  if (argc < 2 + kPerCable || (argc - 2) % kPerCable != 0) {
+    std::fprintf(stderr, "usage: %s SEED (NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM "
+                         "BA_DELAY_US BA_JITTER_US BA_LOSS_PPM OFFLOAD)...\n", argv[0]);
     return 2;
   }
-  bool offload = std::atoi(argv[12]) != 0;
   prctl(PR_SET_TIMERSLACK, 1UL);  // the default 50 us slack would add to every frame's delay
-  int fa = open_tap(argv[1], argv[2], offload);
-  int fb = open_tap(argv[3], argv[4], offload);
-  Direction ab{fa, fb, std::atoll(argv[5]) * 1000, std::atoll(argv[6]) * 1000, uint32_t(std::atol(argv[7]))};
-  Direction ba{fb, fa, std::atoll(argv[8]) * 1000, std::atoll(argv[9]) * 1000, uint32_t(std::atol(argv[10]))};
-  std::mt19937_64 rng(std::strtoull(argv[11], nullptr, 10));
+  std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
+  std::vector<std::unique_ptr<Direction>> dirs;
+  std::vector<Direction*> by_fd;
+  for (int c = 2; c < argc; c += kPerCable) {
+    char** a = argv + c;
+    bool offload = std::atoi(a[10]) != 0;
+    int fa = open_tap(a[0], a[1], offload);
+    int fb = open_tap(a[2], a[3], offload);
+    std::string cable = std::string(a[0]).substr(std::string(a[0]).rfind('/') + 1) + "/" + a[1];
+    dirs.push_back(std::make_unique<Direction>(Direction{cable + " ab", fa, fb, std::atoll(a[4]) * 1000,
+                                                         std::atoll(a[5]) * 1000, uint32_t(std::atol(a[6]))}));
+    dirs.push_back(std::make_unique<Direction>(Direction{cable + " ba", fb, fa, std::atoll(a[7]) * 1000,
+                                                         std::atoll(a[8]) * 1000, uint32_t(std::atol(a[9]))}));
+    int top = std::max(fa, fb);
+    if (int(by_fd.size()) <= top) by_fd.resize(top + 1, nullptr);
+    by_fd[fa] = dirs[dirs.size() - 2].get();
+    by_fd[fb] = dirs[dirs.size() - 1].get();
+  }
 
   struct sigaction sa{};
   sa.sa_handler = on_signal;
@@ -157,19 +182,20 @@ int main(int argc, char** argv) {
   int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = fa;
-  epoll_ctl(ep, EPOLL_CTL_ADD, fa, &ev);
-  ev.data.fd = fb;
-  epoll_ctl(ep, EPOLL_CTL_ADD, fb, &ev);
+  for (const auto& d : dirs) {
+    ev.data.fd = d->from;
+    epoll_ctl(ep, EPOLL_CTL_ADD, d->from, &ev);
+  }
   ev.data.fd = tfd;
   epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
   std::printf("ready\n");
   std::fflush(stdout);
 
   std::vector<uint8_t> buf(kMaxFrame);
-  epoll_event events[3];
+  std::vector<epoll_event> events(dirs.size() + 1);
+  bool busy = false;  // just wrote frames: the kernel may have bridged them to another of our TAPs
   while (!g_stop) {
-    int n = epoll_wait(ep, events, 3, -1);
+    int n = epoll_wait(ep, events.data(), int(events.size()), busy ? 0 : -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       die("epoll_wait");
@@ -181,7 +207,7 @@ int main(int argc, char** argv) {
         while (read(tfd, &expirations, sizeof expirations) > 0) {}
         continue;
       }
-      Direction& d = fd == fa ? ab : ba;
+      Direction& d = *by_fd[fd];
       for (int burst = 0; burst < 64; burst++) {
         ssize_t len = read(fd, buf.data(), buf.size());
         if (len <= 0) break;
@@ -189,22 +215,25 @@ int main(int argc, char** argv) {
       }
     }
     int64_t t = now_ns();
-    int64_t head = INT64_MAX;
-    for (Direction* d : {&ab, &ba})
-      if (!d->queue.empty() && d->queue.front().due_ns < head) head = d->queue.front().due_ns;
+    int64_t head = earliest(dirs);
     if (head != INT64_MAX && head > t && head - t <= kSpinNs) {
       while ((t = now_ns()) < head) {}  // the last stretch, spent awake
     }
-    ab.release(t);
-    ba.release(t);
-    arm(tfd, ab, ba);
+    uint64_t before = 0, after = 0;
+    for (auto& d : dirs) {
+      before += d->frames_out;
+      d->release(t);
+      after += d->frames_out;
+    }
+    busy = after != before;
+    arm(tfd, earliest(dirs));
   }
-  std::printf("{\"ab\": {\"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, \"bytes_out\": %llu, "
-              "\"lost\": %llu, \"overflow\": %llu}, \"ba\": {\"frames_in\": %llu, \"bytes_in\": %llu, "
-              "\"frames_out\": %llu, \"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}}\n",
-              (unsigned long long)ab.frames_in, (unsigned long long)ab.bytes_in, (unsigned long long)ab.frames_out,
-              (unsigned long long)ab.bytes_out, (unsigned long long)ab.lost, (unsigned long long)ab.overflow,
-              (unsigned long long)ba.frames_in, (unsigned long long)ba.bytes_in, (unsigned long long)ba.frames_out,
-              (unsigned long long)ba.bytes_out, (unsigned long long)ba.lost, (unsigned long long)ba.overflow);
+  for (const auto& d : dirs) {
+    std::printf("{\"direction\": \"%s\", \"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, "
+                "\"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}\n",
+                d->name.c_str(), (unsigned long long)d->frames_in, (unsigned long long)d->bytes_in,
+                (unsigned long long)d->frames_out, (unsigned long long)d->bytes_out, (unsigned long long)d->lost,
+                (unsigned long long)d->overflow);
+  }
   return 0;
 }
