@@ -344,7 +344,14 @@ def bench_net_table(report: dict) -> Table:
 
 
 def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
-    return "-" if value is None else f"{value / scale:.{digits}g}{unit}"
+    """``digits`` significant digits, never in exponent form (1000, not 1e+03)."""
+    if value is None:
+        return "-"
+    v = value / scale
+    text = f"{v:.0f}" if abs(v) >= 10 ** digits else f"{v:.{digits}g}"
+    if "e" in text:
+        text = f"{v:.{digits}f}".rstrip("0").rstrip(".")
+    return f"{text}{unit}"
 
 
 def _print_summary(s: dict) -> None:
