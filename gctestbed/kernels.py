@@ -20,6 +20,17 @@ def build_dir() -> Path:
     return Path(os.environ.get("GCTESTBED_BUILD_DIR", Path.home() / ".cache" / "gctestbed" / "build"))
 
 
+def _ninja_on_path() -> None:
+    """cpp_extension runs ``ninja`` from PATH; the PyPI wheel's binary may not be on it."""
+    if shutil.which("ninja"):
+        return
+    try:
+        import ninja
+    except ImportError:
+        raise UserError("building native code needs ninja: pip install ninja (or apt-get install ninja-build).") from None
+    os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def executable(name: str, sources: list[str]) -> str:
     """Path of the standalone program ``name`` built from ``sources`` (relative to kernels/)."""
     paths = [SOURCE_DIR / s for s in sources]
@@ -28,6 +39,7 @@ def executable(name: str, sources: list[str]) -> str:
         raise UserError(f"the sources of {name} are missing ({', '.join(missing)}): install gctestbed from its source tree (pip install -e .).")
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         raise UserError(f"building {name} needs a C++ compiler: install g++ (apt-get install g++).")
+    _ninja_on_path()
     from torch.utils import cpp_extension
 
     directory = build_dir() / name
