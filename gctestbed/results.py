@@ -17,9 +17,9 @@ from typing import Any, Iterable
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
-               "tx_bytes", "rx_bytes", "payload_bytes", "buckets")
+               "tx_bytes", "rx_bytes", "payload_bytes", "expected_tx_bytes", "buckets")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS steps (
     tx_bytes      INTEGER,
     rx_bytes      INTEGER,
     payload_bytes INTEGER,
+    expected_tx_bytes INTEGER,   -- what the collectives' algorithms send for those payloads
     buckets       INTEGER,
     PRIMARY KEY (run_id, rank, step)
 );
@@ -99,10 +100,19 @@ def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys=ON")
         with conn:
             conn.executescript(SCHEMA)
+            _migrate(conn)
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     except (OSError, sqlite3.DatabaseError) as e:
         raise UserError(f"cannot open the results store {path}: {e}; check the directory is writable and the file is a gctestbed store.") from None
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Columns added since a store was created (additive only: old rows read as NULL)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
+    for column, kind in (("expected_tx_bytes", "INTEGER"),):
+        if column not in have:
+            conn.execute(f"ALTER TABLE steps ADD COLUMN {column} {kind}")
 
 
 class Recorder:
@@ -235,6 +245,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "median_comm_s": _median(r["comm_s"] for rs in per_step for r in rs),
         "wire_bytes_per_step": _median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
         "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
+        "expected_tx_bytes_per_step": _median(r["expected_tx_bytes"] for rs in per_step for r in rs),
         "busbw_bps": busbw,
         "busbw_fraction_of_link": busbw / spec.link.bw_bps if busbw else None,
         "final_loss": _mean(r["loss"] for r in last),

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import compress, workloads
 from .compress import hook
+from .compress.variance import SampleStats
 from .results import Recorder
 from .spec import RunSpec
 from .timing import Laps
@@ -39,19 +40,43 @@ def param_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, parts: int) -> torch.Tensor:
+    """One step's gradient, from ``parts`` micro-batches when a method needs their statistics;
+    only the last backward communicates. Returns the batch's mean loss."""
+    if parts <= 1:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+    xs, ys = x.chunk(parts), y.chunk(parts)
+    total = 0.0
+    for i, (xi, yi) in enumerate(zip(xs, ys)):
+        loss = loss_fn(model(xi), yi) / len(xs)
+        if i + 1 < len(xs):
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+        total += loss.detach()
+    return total
+
+
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size)
     model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb)
-    comm = hook.install(model, compress.create(spec.compressor, spec.compressor_options))
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9)
+    compressor = compress.create(spec.compressor, spec.compressor_options)
+    comm = hook.install(model, compressor)
+    if compressor.microbatches > 1:
+        compressor.sample_stats = SampleStats(model)
+    # a method that applies momentum itself (DGC's momentum correction, Signum) gets plain SGD
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.0 if compressor.momentum_inside else 0.9)
     recorder = Recorder(spec.results_dir, spec.run_id)
     for step in range(spec.steps):
         x, y = next(work.batches)
         tx, rx = nic_bytes(ifname)
         laps = Laps()
-        loss = work.loss_fn(model(x), y)
-        loss.backward()
+        comm.step = step
+        loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
         compute_s = laps.lap()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -3,8 +3,8 @@
 Importing this package registers every built-in method.
 """
 
-from . import dense  # noqa: F401  (registers none, fp16)
-from .base import Compressor, Payload
+from . import dense, dgc, lowrank, quantize, sign, sparse, variance  # noqa: F401  (each module registers its methods)
+from .base import Bucket, Compressor, Payload
 from .registry import create, get, names, resolve
 
-__all__ = ["Compressor", "Payload", "create", "get", "names", "resolve"]
+__all__ = ["Bucket", "Compressor", "Payload", "create", "get", "names", "resolve"]

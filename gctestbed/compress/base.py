@@ -1,9 +1,11 @@
-"""The Compressor interface and the Payload it produces.
+"""The Compressor interface, the Payload it produces, and the Bucket it is given.
 
-A compressor turns a flat gradient into a payload (a few tensors) and back, and declares how
-payloads meet on the wire: ``allreduce`` when payloads can be summed (fp16, PowerSGD's factors)
-or ``allgather`` when every rank must see every other rank's payload (top-k, sign, 2-bit).
-A payload's tensors are exactly what is sent, so its byte count is the wire size by construction.
+A compressor turns a flat gradient into a payload and back. A payload has two parts: tensors
+that may be summed across ranks (``reduce``: fp16 values, PowerSGD's factors, dense leftovers)
+and tensors every rank must see from every other rank (``gather``: indices and values of top-k,
+packed signs, 2-bit codes). Its tensors are exactly what is sent, so its byte count is the wire
+size by construction. Decompressing may yield another payload: a further round (PowerSGD sends
+P, then Q; TernGrad first agrees on a shared scale).
 """
 
 from __future__ import annotations
@@ -18,17 +20,44 @@ COLLECTIVES = ("allreduce", "allgather")
 
 @dataclass
 class Payload:
-    """What one rank sends for one bucket: the tensors on the wire plus what decoding needs."""
+    """What one rank sends in one round for one bucket, plus what decoding needs (``meta``).
 
-    tensors: list[torch.Tensor]
-    numel: int
-    dtype: torch.dtype
+    After the collectives, ``reduce`` holds the sums over ranks and ``gathered[r]`` the
+    ``gather`` tensors of rank ``r``.
+    """
+
+    reduce: list[torch.Tensor] = field(default_factory=list)
+    gather: list[torch.Tensor] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    gathered: list[list[torch.Tensor]] | None = None
 
     @property
     def nbytes(self) -> int:
-        """Exact bytes this payload puts on the wire (before the collective's own overhead)."""
-        return sum(t.numel() * t.element_size() for t in self.tensors)
+        """Exact bytes of this rank's payload (before the collective's own overhead)."""
+        return sum(t.numel() * t.element_size() for t in self.reduce + self.gather)
+
+
+@dataclass
+class Bucket:
+    """What a compressor may know about the flat gradient it gets: which bucket (``key``, for
+    per-bucket memories), the shapes of the parameters laid out in it, the training step, and
+    the ranks."""
+
+    key: int
+    shapes: list[torch.Size]
+    step: int = 0
+    rank: int = 0
+    world: int = 1
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+
+    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Views of ``flat`` shaped like the bucket's parameters."""
+        out, offset = [], 0
+        for shape in self.shapes:
+            n = shape.numel()
+            out.append(flat[offset:offset + n].view(shape))
+            offset += n
+        return out
 
 
 @dataclass
@@ -37,11 +66,13 @@ class NoOptions:
 
 
 class Compressor:
-    """One method. Subclasses set the class attributes and implement compress/decompress.
+    """One method. Subclasses set the class attributes and implement ``encode`` and ``decode``.
 
-    ``compress`` receives the bucket's flat gradient already divided by the world size, so the
-    sum of what ranks contribute is the mean gradient; ``decompress`` receives a payload whose
-    tensors have been through the collective (summed for ``allreduce``).
+    ``encode`` receives the bucket's flat gradient already divided by the world size (so the sum
+    of what the ranks contribute is the mean gradient). ``decode`` turns one rank's gather part
+    (or the summed reduce part) back into a dense tensor; ``decompress`` combines them after the
+    collectives and may be overridden for multi-round methods. ``error_feedback`` methods are
+    wrapped in compress.feedback.ErrorFeedback by the registry.
     """
 
     name: ClassVar[str]
@@ -49,12 +80,30 @@ class Compressor:
     summary: ClassVar[str]
     paper: ClassVar[str] = ""
     Options: ClassVar[type] = NoOptions
+    error_feedback: ClassVar[bool] = False
+    momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
+    microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
 
     def __init__(self, **options: Any):
         self.options = self.Options(**options)
 
-    def compress(self, grad: torch.Tensor) -> Payload:
+    def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         raise NotImplementedError
 
-    def decompress(self, payload: Payload) -> torch.Tensor:
+    def decode(self, tensors: list[torch.Tensor], meta: dict, bucket: Bucket, numel: int) -> torch.Tensor:
+        """Dense tensor of ``numel`` elements that one rank's ``gather`` part (or, for reduce
+        methods, the ``reduce`` part) stands for."""
         raise NotImplementedError
+
+    def decode_local(self, payload: Payload, bucket: Bucket, numel: int) -> torch.Tensor:
+        """What this rank's own payload stands for, before any collective (error feedback)."""
+        return self.decode(payload.reduce or payload.gather, payload.meta, bucket, numel)
+
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int) -> "torch.Tensor | Payload":
+        """The aggregate after the collectives: decoded sum, or the next round's payload."""
+        if payload.gathered is None:
+            return self.decode(payload.reduce, payload.meta, bucket, numel)
+        out = self.decode(payload.gathered[0], payload.meta, bucket, numel).clone()
+        for tensors in payload.gathered[1:]:
+            out += self.decode(tensors, payload.meta, bucket, numel)
+        return out

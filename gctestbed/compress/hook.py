@@ -2,11 +2,13 @@
 
 Installed with ``register_comm_hook``, compression runs per bucket as soon as the bucket's
 gradients are ready, so it overlaps with the rest of backward exactly as production DDP does,
-and any model wrapped in DDP can use it. The state object, like PyTorch's PowerSGDState, also
-counts what each step cost: payload bytes, buckets, encode and decode time, and the span from
-the first bucket's collective launch to the last one's completion (the communication time).
+and any model wrapped in DDP can use it. The reduce part of a payload is all-reduced
+asynchronously; the gather part and any further round run in the completion callback, where
+PyTorch's own PowerSGD hook runs its second round too. The state object, like PyTorch's
+PowerSGDState, counts what each step cost: payload bytes, the bytes the collectives transmit,
+buckets, encode and decode time, and the span from the first bucket's collective launch to the
+last one's completion (the communication time).
 """
-
 
 import threading
 from typing import Any
@@ -16,27 +18,28 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..timing import now
-from .base import Compressor, Payload
+from . import collectives
+from .base import Bucket, Compressor, Payload
 
 
 class HookState:
-    """A compressor, the process group it talks over, and the running counters of a step.
+    """A compressor, the process group it talks over, the step, and the counters of a step.
 
     Decoding runs on the communication thread when a collective completes, so the counters are
-    guarded by a lock.
+    guarded by a lock. The worker sets ``step`` before each step's backward.
     """
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None):
-        if compressor.collective != "allreduce":
-            raise NotImplementedError(f"{compressor.name}: the {compressor.collective} collective is not wired into the hook yet")
         self.compressor = compressor
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
+        self.step = 0
         self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
-        self._stats = {"payload_bytes": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
+        self._stats = {"payload_bytes": 0, "expected_tx_bytes": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
         self._comm_start: float | None = None
         self._comm_end: float | None = None
 
@@ -49,39 +52,64 @@ class HookState:
             self._reset()
         return stats
 
-    def _encoded(self, payload: Payload, seconds: float, launched: float) -> None:
+    def _count(self, **add: float) -> None:
         with self._lock:
-            self._stats["payload_bytes"] += payload.nbytes
-            self._stats["buckets"] += 1
-            self._stats["encode_s"] += seconds
-            if self._comm_start is None:
-                self._comm_start = launched
+            for key, value in add.items():
+                self._stats[key] += value
 
-    def _decoded(self, arrived: float, seconds: float) -> None:
+    def _launched(self, at: float) -> None:
         with self._lock:
-            self._stats["decode_s"] += seconds
-            self._comm_end = arrived if self._comm_end is None else max(self._comm_end, arrived)
+            if self._comm_start is None:
+                self._comm_start = at
+
+    def _arrived(self, at: float) -> None:
+        with self._lock:
+            self._comm_end = at if self._comm_end is None else max(self._comm_end, at)
+
+
+def _finish_round(state: HookState, payload: Payload) -> None:
+    """Run the gather part of a payload (the reduce part is already summed) and count its bytes."""
+    sent = 0
+    if payload.gather:
+        payload.gathered, sent = collectives.gather(payload.gather, state.process_group)
+    state._count(payload_bytes=payload.nbytes,
+                 expected_tx_bytes=collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce),
+                                                          sent, state.world_size))
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP hook: compress the bucket, run the compressor's collective, decompress into the bucket."""
+    """DDP hook: compress the bucket, run the payload's collectives, decompress into the bucket."""
     buffer = bucket.buffer()
+    numel = buffer.numel()
     compressor = state.compressor
+    ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
+                 rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
     t0 = now()
-    payload = compressor.compress(buffer.div_(state.world_size))
+    payload = compressor.encode(buffer.div_(state.world_size), ctx)
     launched = now()
-    state._encoded(payload, launched - t0, launched)
-    futures = [dist.all_reduce(t, group=state.process_group, async_op=True).get_future() for t in payload.tensors]
+    state._count(encode_s=launched - t0, buckets=1)
+    state._launched(launched)
+    first = collectives.allreduce(payload.reduce, state.process_group)
 
-    def decode(_: torch.futures.Future) -> torch.Tensor:
-        arrived = now()
-        out = compressor.decompress(payload)
-        if out.data_ptr() != buffer.data_ptr():
-            buffer.copy_(out)
-        state._decoded(arrived, now() - arrived)
+    def finish(_: torch.futures.Future) -> torch.Tensor:
+        current, decode_s = payload, 0.0
+        while True:
+            if current is not payload:
+                collectives.allreduce(current.reduce, state.process_group).wait()
+            _finish_round(state, current)
+            state._arrived(now())
+            t = now()
+            result = compressor.decompress(current, ctx, numel)
+            decode_s += now() - t
+            if not isinstance(result, Payload):
+                break
+            current = result
+        if result.data_ptr() != buffer.data_ptr():
+            buffer.copy_(result)
+        state._count(decode_s=decode_s)
         return buffer
 
-    return torch.futures.collect_all(futures).then(decode)
+    return first.then(finish)
 
 
 def install(model: DistributedDataParallel, compressor: Compressor,

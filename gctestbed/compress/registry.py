@@ -39,4 +39,9 @@ def resolve(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def create(name: str, options: dict[str, Any]) -> Compressor:
-    return get(name)(**options)
+    """An instance of ``name``, wrapped in error feedback when the method calls for it."""
+    compressor = get(name)(**options)
+    if compressor.error_feedback:
+        from .feedback import ErrorFeedback
+        return ErrorFeedback(compressor)
+    return compressor

@@ -1,0 +1,176 @@
+"""Quantisers: every element, in a few bits.
+
+- ``twobit`` (MXNet): residual += g; >= tau -> code 11 (residual -= tau); <= -tau -> code 10
+  (residual += tau); else 00. 16 codes per 32-bit word, first value in the most significant bits;
+  decoded to +tau / -tau / 0.
+- ``onebit`` (MXNet's 1-bit variant): bit 1 where residual > threshold, decoded to +scale, else
+  -scale; the residual keeps the difference. 32 codes per word.
+- ``qsgd``: per chunk of ``bucket_size`` elements, the L2 norm (fp32) and each element's sign and
+  stochastically rounded level in 0..s: unbiased. Codes take 1 + ceil(log2(s+1)) bits, packed in
+  the next width of 2, 4 or 8.
+- ``terngrad``: the ranks first agree on one scale (the largest |g| anywhere: scalar sharing),
+  then each sends sign(g) * Bernoulli(|g| / scale) in 2 bits: unbiased.
+
+MXNet's own defaults (tau 0.5, scale 1) assume its gradient scale; ours are sized for gradients
+of ~1e-3, and every option can be set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import bitpack
+from .base import Bucket, Compressor, Payload
+from .registry import register
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
+@dataclass
+class TwoBitOptions:
+    threshold: float = 0.001
+
+    def __post_init__(self):
+        _positive("threshold", self.threshold)
+
+
+@register
+class TwoBit(Compressor):
+    name = "twobit"
+    collective = "allgather"
+    summary = "MXNet 2-bit: +-tau or 0 per element, 16 codes per 32-bit word, residual keeps the rest"
+    paper = "MXNet gradient compression (after Strom, Interspeech 2015)"
+    Options = TwoBitOptions
+    error_feedback = True
+
+    def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
+        tau = self.options.threshold
+        codes = torch.zeros(grad.numel(), dtype=torch.int64, device=grad.device)
+        codes[grad >= tau] = 0b11
+        codes[grad <= -tau] = 0b10
+        return Payload(gather=[bitpack.pack(codes, 2)])
+
+    def decode(self, tensors, meta, bucket, numel):
+        codes = bitpack.unpack(tensors[0], 2, numel)
+        tau = self.options.threshold
+        out = torch.zeros(numel, dtype=torch.float32, device=codes.device)
+        out[codes == 0b11] = tau
+        out[codes == 0b10] = -tau
+        return out
+
+
+@dataclass
+class OneBitOptions:
+    threshold: float = 0.0
+    scale: float = 0.001          # the magnitude a bit stands for (MXNet: 1)
+
+    def __post_init__(self):
+        _positive("scale", self.scale)
+
+
+@register
+class OneBit(Compressor):
+    name = "onebit"
+    collective = "allgather"
+    summary = "MXNet 1-bit: +scale where residual > threshold else -scale, 32 codes per word, with residual"
+    paper = "MXNet 1-bit gradient compression (apache/incubator-mxnet#17952)"
+    Options = OneBitOptions
+    error_feedback = True
+
+    def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
+        return Payload(gather=[bitpack.pack((grad > self.options.threshold).to(torch.int64), 1)])
+
+    def decode(self, tensors, meta, bucket, numel):
+        bits = bitpack.unpack(tensors[0], 1, numel)
+        return (bits.to(torch.float32) * 2 - 1) * self.options.scale
+
+
+@dataclass
+class QSGDOptions:
+    levels: int = 7               # s: quantisation levels of |g| / norm
+    bucket_size: int = 512        # elements sharing one norm
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 1 <= self.levels <= 127:
+            raise ValueError(f"levels must be 1..127, got {self.levels}")
+        if self.bucket_size < 1:
+            raise ValueError(f"bucket_size must be at least 1, got {self.bucket_size}")
+
+
+def _width(levels: int) -> int:
+    need = 1 + math.ceil(math.log2(levels + 1))
+    return next(w for w in bitpack.WIDTHS if w >= need)
+
+
+def _generator(seed: int, bucket: Bucket) -> torch.Generator:
+    return torch.Generator().manual_seed(hash((seed, bucket.rank, bucket.step, bucket.key)) & 0x7FFFFFFFFFFFFFFF)
+
+
+@register
+class QSGD(Compressor):
+    name = "qsgd"
+    collective = "allgather"
+    summary = "QSGD: per-chunk L2 norm + sign + stochastically rounded level (unbiased), bit-packed"
+    paper = "Alistarh et al., QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding, NeurIPS 2017"
+    Options = QSGDOptions
+
+    def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
+        s, d = self.options.levels, self.options.bucket_size
+        n = grad.numel()
+        chunks = torch.zeros(math.ceil(n / d) * d, dtype=torch.float32, device=grad.device)
+        chunks[:n] = grad
+        chunks = chunks.view(-1, d)
+        norms = chunks.norm(dim=1)
+        scaled = chunks.abs() / norms.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1) * s
+        lower = scaled.floor()
+        noise = torch.rand(scaled.shape, generator=_generator(self.options.seed, bucket)).to(grad.device)
+        level = (lower + (noise < scaled - lower).to(torch.float32)).clamp(max=s).to(torch.int64)
+        codes = (level << 1 | (chunks < 0).to(torch.int64)).reshape(-1)[:n]
+        return Payload(gather=[bitpack.pack(codes, _width(s)), norms])
+
+    def decode(self, tensors, meta, bucket, numel):
+        s, d = self.options.levels, self.options.bucket_size
+        codes = bitpack.unpack(tensors[0], _width(s), numel)
+        norms = tensors[1].repeat_interleave(d)[:numel]
+        sign = 1 - 2 * (codes & 1).to(torch.float32)
+        return sign * (codes >> 1).to(torch.float32) * norms / s
+
+
+@dataclass
+class TernGradOptions:
+    seed: int = 0
+
+
+@register
+class TernGrad(Compressor):
+    name = "terngrad"
+    collective = "allgather"
+    summary = "TernGrad: shared scale (max |g| over ranks), then sign*Bernoulli(|g|/scale) in 2 bits: unbiased"
+    paper = "Wen et al., TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning, NeurIPS 2017"
+    Options = TernGradOptions
+
+    def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
+        return Payload(gather=[grad.abs().max().reshape(1)], meta={"grad": grad, "round": "scale"})
+
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int):
+        if payload.meta["round"] == "scale":
+            scale = max(float(t[0]) for t in payload.gathered)
+            grad = payload.meta["grad"]
+            if scale == 0:
+                return torch.zeros(numel, dtype=torch.float32, device=grad.device)
+            noise = torch.rand(grad.shape, generator=_generator(self.options.seed, bucket)).to(grad.device)
+            keep = noise < grad.abs() / scale
+            codes = torch.where(keep, torch.where(grad < 0, 0b10, 0b01), 0).to(torch.int64)
+            return Payload(gather=[bitpack.pack(codes, 2)], meta={"round": "ternary", "scale": scale})
+        return super().decompress(payload, bucket, numel)
+
+    def decode(self, tensors, meta, bucket, numel):
+        codes = bitpack.unpack(tensors[0], 2, numel)
+        return ((codes == 0b01).to(torch.float32) - (codes == 0b10).to(torch.float32)) * meta["scale"]
