@@ -1,0 +1,221 @@
+"""Every method against its definition: formats, wire sizes, error feedback, unbiasedness, ranks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gctestbed import compress
+from gctestbed.compress import bitpack
+from gctestbed.compress.base import Bucket
+from gctestbed.compress.dgc import sampled_threshold_select
+from gctestbed.spec import SpecError
+
+from simulate import exchange, make
+
+ALL = compress.names()
+
+
+def test_every_method_of_the_issue_is_registered():
+    assert set(ALL) == {"none", "fp16", "bf16", "powersgd", "topk", "randomk", "threshold", "twobit", "onebit", "dgc",
+                        "variance", "hybrid", "qsgd", "terngrad", "signsgd", "efsignsgd", "signum"}
+
+
+@pytest.mark.parametrize("bits", bitpack.WIDTHS)
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 33, 1000])
+def test_bitpack_round_trips(bits, n):
+    codes = torch.randint(0, 2 ** bits, (n,))
+    packed = bitpack.pack(codes, bits)
+    assert packed.dtype == torch.int32 and packed.numel() == bitpack.words(n, bits)
+    assert torch.equal(bitpack.unpack(packed, bits, n), codes)
+
+
+def test_two_bit_golden_vector():
+    # MXNet's layout: 16 codes per word, the first in the most significant bits
+    g = torch.tensor([0.6, -0.7, 0.1, 0.5, -0.5, 0.0] + [0.0] * 10 + [0.9], dtype=torch.float32)
+    (c,) = make("twobit", "threshold=0.5")
+    bucket = Bucket(0, [g.shape])
+    payload = c.encode(g, bucket)
+    words = payload.gather[0]
+    assert words.tolist() == [int.from_bytes(bytes.fromhex("E3800000"), "big", signed=True),
+                              int.from_bytes(bytes.fromhex("C0000000"), "big", signed=True)]
+    decoded = c.decode_local(payload, bucket, g.numel())
+    assert decoded.tolist()[:6] == [0.5, -0.5, 0.0, 0.5, -0.5, 0.0] and decoded[16] == 0.5
+    assert torch.allclose(c.residuals[0], g - decoded)
+
+
+def _payload_bytes(name, text, n, shapes=None, step=0):
+    (c,) = make(name, text)
+    g = torch.randn(n) * 0.01
+    _, sent = exchange([c], [g], shapes, step=step)
+    return sent[0]
+
+
+@pytest.mark.parametrize("name, text, n, expected", [
+    ("none", "", 1000, 4000),
+    ("fp16", "", 1000, 2000),
+    ("bf16", "", 1000, 2000),
+    ("topk", "ratio=0.01", 1000, 10 * (4 + 4)),
+    ("randomk", "ratio=0.01", 1000, 10 * 4),                  # indices come from the shared seed
+    ("twobit", "", 1000, math.ceil(1000 / 16) * 4),
+    ("onebit", "", 1000, math.ceil(1000 / 32) * 4),
+    ("signsgd", "", 1000, math.ceil(1000 / 32) * 4),
+    ("signum", "", 1000, math.ceil(1000 / 32) * 4),
+    ("efsignsgd", "", 1000, math.ceil(1000 / 32) * 4 + 4),
+    ("qsgd", "levels=7,bucket_size=512", 1000, math.ceil(1000 / 8) * 4 + 2 * 4),
+    ("qsgd", "levels=1,bucket_size=100", 1000, math.ceil(1000 / 16) * 4 + 10 * 4),
+    ("terngrad", "", 1000, 4 + math.ceil(1000 / 16) * 4),   # the shared scale, then 2-bit codes
+])
+def test_wire_size_formula(name, text, n, expected):
+    assert _payload_bytes(name, text, n) == expected
+
+
+def test_threshold_sends_one_word_per_element_above_tau():
+    (c,) = make("threshold", "tau=0.5")
+    g = torch.tensor([0.6, -0.7, 0.1, 0.49, -0.5, 3.0])
+    bucket = Bucket(0, [g.shape])
+    payload = c.encode(g, bucket)
+    assert payload.nbytes == 4 * 4
+    assert c.decode_local(payload, bucket, 6).tolist() == [0.5, -0.5, 0.0, 0.0, -0.5, 0.5]
+
+
+def test_powersgd_sizes_and_plain_start():
+    shapes = [torch.Size([64, 32]), torch.Size([32]), torch.Size([4, 4])]   # 4x4 is not worth compressing
+    n = sum(s.numel() for s in shapes)
+    assert _payload_bytes("powersgd", "rank=2,start_iter=1", n, shapes, step=0) == n * 4
+    p_round = (64 * 2 + 32 + 16) * 4
+    q_round = 32 * 2 * 4
+    assert _payload_bytes("powersgd", "rank=2,start_iter=1", n, shapes, step=1) == p_round + q_round
+
+
+def test_dgc_sizes_dense_small_tensors_and_warmup():
+    shapes = [torch.Size([200, 100]), torch.Size([100])]
+    (c,) = make("dgc", "ratio=0.001,warmup_epochs=4,steps_per_epoch=1,min_numel=1024")
+    assert [c.density(s) for s in range(6)] == [0.25, 0.0625, 0.015625, 0.25 ** 4, 0.001, 0.001]
+    n = 20100
+    g = torch.randn(n)
+    _, sent = exchange([c], [g], shapes, step=5)
+    k = sent[0] - 100 * 4                              # the 1-D tensor goes dense
+    assert 0.8 * 20 * 8 <= k <= 1.3 * 20 * 8
+
+
+def test_dgc_selection_is_close_to_top_k_and_masks_momentum():
+    v = torch.randn(100_000)
+    idx = sampled_threshold_select(v, 0.001, 0.01, torch.Generator().manual_seed(0))
+    assert 80 <= idx.numel() <= 130
+    exact = set(torch.topk(v.abs(), 100).indices.tolist())
+    assert len(exact & set(idx.tolist())) >= 70
+    (c,) = make("dgc", "warmup_epochs=0,min_numel=1")
+    shapes = [torch.Size([100, 1000])]
+    bucket = Bucket(0, shapes, step=0)
+    payload = c.encode(v, bucket)
+    sent = payload.gather[0].long()
+    assert torch.all(c.velocity[0][sent] == 0) and torch.all(c.accumulated[0][sent] == 0)
+    # momentum correction: what was not sent accumulates velocity
+    unsent = torch.ones(v.numel(), dtype=torch.bool)
+    unsent[sent] = False
+    assert torch.allclose(c.accumulated[0][unsent], v[unsent])
+
+
+@pytest.mark.parametrize("name", ["topk", "randomk", "threshold", "twobit", "onebit", "efsignsgd"])
+def test_error_feedback_invariant(name):
+    """After any number of steps: everything sent + the residual == everything put in."""
+    (c,) = make(name)
+    bucket_shapes = [torch.Size([3000])]
+    total_in, total_sent = torch.zeros(3000), torch.zeros(3000)
+    for step in range(5):
+        g = torch.randn(3000) * 0.01
+        bucket = Bucket(0, bucket_shapes, step=step)
+        payload = c.encode(g, bucket)
+        total_in += g
+        total_sent += c.decode_local(payload, bucket, 3000)
+    assert torch.allclose(total_sent + c.residuals[0], total_in, atol=1e-5)
+
+
+def test_powersgd_error_feedback_invariant_and_exactness_at_full_rank():
+    (c,) = make("powersgd", "rank=8,start_iter=0")
+    m = torch.randn(16, 8)
+    out, _ = exchange([c], [m.reshape(-1)], [m.shape])
+    assert torch.allclose(out[0], m.reshape(-1), atol=1e-4)          # rank 8 of a 16 x 8 matrix: exact
+    (c,) = make("powersgd", "rank=1,start_iter=0")
+    out, _ = exchange([c], [m.reshape(-1)], [m.shape])
+    assert torch.allclose(out[0] + c.errors[0], m.reshape(-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("name, text", [("qsgd", "levels=3,bucket_size=64"), ("terngrad", ""),
+                                        ("randomk", "ratio=0.1,unbiased=true")])
+def test_unbiased_methods_are_unbiased(name, text):
+    torch.manual_seed(0)
+    g = torch.randn(256)
+    trials = 3000
+    mean = torch.zeros(256)
+    for t in range(trials):
+        (c,) = make(name, text + (("," if text else "") + f"seed={t}"))
+        out, _ = exchange([c], [g])
+        mean += out[0] / trials
+    # each element's estimate has a standard error of about spread / sqrt(trials)
+    err = (mean - g).abs().max().item()
+    assert err < 6 * g.abs().max().item() * (1 if name != "randomk" else 3) / math.sqrt(trials), err
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_rank_gets_the_same_result(name):
+    world = 3
+    torch.manual_seed(1)
+    shapes = [torch.Size([64, 48]), torch.Size([48])]
+    n = 64 * 48 + 48
+    compressors = make(name, "start_iter=0" if name == "powersgd" else "", world=world)
+    if name in ("variance", "hybrid"):
+        for c in compressors:
+            c.sample_stats = _FakeStats(n)
+    for step in range(3):
+        grads = [torch.randn(n) * 0.01 / world for _ in range(world)]
+        out, _ = exchange(compressors, grads, shapes, step=step)
+        for o in out[1:]:
+            assert torch.equal(o, out[0])
+        assert torch.isfinite(out[0]).all()
+
+
+class _FakeStats:
+    """Squares for the variance family without a model: a fixed small spread."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def take(self, params):
+        return torch.full((self.n,), 1e-6)
+
+
+def test_majority_vote():
+    cs = make("signsgd", "scale=1", world=3)
+    grads = [torch.tensor([1.0, -1.0, 1.0, -1.0]), torch.tensor([1.0, 1.0, -1.0, -1.0]), torch.tensor([-1.0, 1.0, 1.0, -1.0])]
+    out, _ = exchange(cs, grads)
+    assert out[0].tolist() == [1.0, 1.0, 1.0, -1.0]
+
+
+def test_variance_sends_unambiguous_elements_only():
+    (c,) = make("variance", "alpha=1")
+    c.sample_stats = _FakeStats(4)
+    bucket = Bucket(0, [torch.Size([4])])
+    # squares 1e-6 per micro-batch: elements with mean^2 well above the variance are sent
+    payload = c.encode(torch.tensor([0.5, 0.0001, -0.3, 0.00001]), bucket)
+    assert sorted(payload.gather[0].tolist()) == [0, 2]
+    decoded = c.decode_local(payload, bucket, 4)
+    assert decoded[0] == 0.5 and decoded[2] == pytest.approx(-0.25)    # 4-bit: -0.5 * 2^-1
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("topk:ratio=2", "ratio must be in (0, 1]"),
+    ("topk:k=3", "has no option 'k'; valid options: ratio (default 0.01)"),
+    ("dgc:momentum=1.5", "momentum must be in [0, 1)"),
+    ("qsgd:levels=0", "levels must be 1..127"),
+    ("powersgd:rank=zero", "not a valid int"),
+    ("variance:microbatches=1", "at least 2"),
+    ("fp16:x=1", "valid options: none"),
+])
+def test_bad_options_name_the_valid_ones(text, fragment):
+    with pytest.raises(SpecError) as e:
+        compress.resolve(text)
+    assert fragment in str(e.value)
