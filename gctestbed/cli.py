@@ -281,6 +281,23 @@ def calibrate_(name, seconds, tool, as_json, results_dir, **network):
         sys.exit(1)
 
 
+@main.command(name="compressors")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def compressors_(as_json):
+    """List every compression method: collective, options with defaults, paper."""
+    rows = compress.registry.describe()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="compressors (--compressor NAME:key=value,...)", show_lines=True)
+    for col in ("name", "collective", "options (default)", "what", "paper"):
+        table.add_column(col)
+    for r in rows:
+        opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"]) or "-"
+        table.add_row(r["name"], r["collective"], opts, r["summary"], r["paper"] or "-")
+    Console().print(table)
+
+
 @main.command(name="doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def doctor_(as_json):

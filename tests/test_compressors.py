@@ -219,3 +219,21 @@ def test_bad_options_name_the_valid_ones(text, fragment):
     with pytest.raises(SpecError) as e:
         compress.resolve(text)
     assert fragment in str(e.value)
+
+
+def test_compressors_command_lists_every_method_with_options_and_paper():
+    import json
+
+    from click.testing import CliRunner
+
+    from gctestbed.cli import main
+    result = CliRunner().invoke(main, ["compressors", "--json"])
+    assert result.exit_code == 0
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert set(rows) == set(ALL)
+    assert {o["name"] for o in rows["dgc"]["options"]} >= {"ratio", "warmup_epochs", "momentum", "clip_norm",
+                                                           "min_numel", "sample_ratio", "fp16_values"}
+    assert {o["name"] for o in rows["powersgd"]["options"]} >= {"rank", "start_iter", "min_compression_rate",
+                                                                "orthogonalization_epsilon", "warm_start"}
+    assert all(r["paper"] for n, r in rows.items() if n != "none")
+    assert rows["topk"]["collective"] == "allgather" and rows["powersgd"]["collective"] == "allreduce"

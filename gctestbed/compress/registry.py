@@ -38,6 +38,20 @@ def resolve(text: str) -> tuple[str, dict[str, Any]]:
     return name, resolve_options(f"compressor '{name}'", cls.Options, raw)
 
 
+def describe() -> list[dict[str, Any]]:
+    """Every method with its collective, options (type, default), paper and one-line summary."""
+    import dataclasses
+    rows = []
+    for name in names():
+        cls = _REGISTRY[name]
+        options = [{"name": f.name, "type": f.type if isinstance(f.type, str) else f.type.__name__,
+                    "default": f.default} for f in dataclasses.fields(cls.Options)]
+        rows.append({"name": name, "collective": cls.collective, "summary": cls.summary, "paper": cls.paper,
+                     "error_feedback": bool(cls.error_feedback), "momentum_inside": cls.momentum_inside,
+                     "options": options})
+    return rows
+
+
 def create(name: str, options: dict[str, Any]) -> Compressor:
     """An instance of ``name``, wrapped in error feedback when the method calls for it."""
     compressor = get(name)(**options)

@@ -1,0 +1,38 @@
+"""Every method on real namespace nodes: replicas bit-identical, wire bytes as the payloads say."""
+
+from __future__ import annotations
+
+import pytest
+
+from gctestbed import compress
+
+from helpers import gctestbed, show
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+MODEL = "mlp:width=512,depth=2,input_dim=512"       # 0.8 M parameters, one DDP bucket
+OVERHEAD_PER_BUCKET = 6144                           # headers of a round's messages, ACKs of what arrives
+OPTIONS = {"powersgd": "powersgd:start_iter=1", "dgc": "dgc:steps_per_epoch=1"}
+
+
+def _run(tmp_path, method, nodes):
+    proc = gctestbed("run", "--nodes", str(nodes), "--bw", "1gbit", "--no-calibrate", "--workload", MODEL,
+                     "--steps", "4", "--compressor", OPTIONS.get(method, method), "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    return show(tmp_path)
+
+
+@pytest.mark.parametrize("method", compress.names())
+def test_method_on_two_nodes(tmp_path, state_dir, method):
+    s = _run(tmp_path, method, 2)
+    assert s["status"] == "ok" and s["steps_recorded"] == 4
+    assert s["params_identical"] is True
+    expected, wire = s["expected_tx_bytes_per_step"], s["wire_bytes_per_step"]
+    assert expected <= wire <= 1.10 * expected + OVERHEAD_PER_BUCKET, (expected, wire)
+
+
+@pytest.mark.parametrize("method", ["dgc", "powersgd", "terngrad", "signsgd", "variance"])
+def test_method_on_three_nodes(tmp_path, state_dir, method):
+    s = _run(tmp_path, method, 3)
+    assert s["status"] == "ok" and s["params_identical"] is True
+    expected, wire = s["expected_tx_bytes_per_step"], s["wire_bytes_per_step"]
+    assert expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET, (expected, wire)
