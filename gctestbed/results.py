@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "expected_tx_bytes", "buckets")
 
@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS nodes (
     address      TEXT,
     exit_code    INTEGER,
     param_sha256 TEXT,
+    eval_loss    REAL,           -- the workload's held-out evaluation after the last step
+    eval_accuracy REAL,
     PRIMARY KEY (run_id, rank)
 );
 CREATE TABLE IF NOT EXISTS steps (
@@ -109,10 +111,10 @@ def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Columns added since a store was created (additive only: old rows read as NULL)."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
-    for column, kind in (("expected_tx_bytes", "INTEGER"),):
-        if column not in have:
-            conn.execute(f"ALTER TABLE steps ADD COLUMN {column} {kind}")
+    for table, column, kind in (("steps", "expected_tx_bytes", "INTEGER"), ("nodes", "eval_loss", "REAL"),
+                                ("nodes", "eval_accuracy", "REAL")):
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 class Recorder:
@@ -146,7 +148,7 @@ class Recorder:
         with self.conn:
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
-                if key not in ("name", "address", "exit_code", "param_sha256"):
+                if key not in ("name", "address", "exit_code", "param_sha256", "eval_loss", "eval_accuracy"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
 
@@ -249,6 +251,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "busbw_bps": busbw,
         "busbw_fraction_of_link": busbw / spec.link.bw_bps if busbw else None,
         "final_loss": _mean(r["loss"] for r in last),
+        "eval_loss": nodes[0]["eval_loss"] if nodes else None,
+        "eval_accuracy": nodes[0]["eval_accuracy"] if nodes else None,
         "params_identical": len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
         "latency_impl": env.get("shaping", {}).get("latency_impl"),
         "calibration": calibration,

@@ -84,7 +84,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + optim_s, compute_s=compute_s, optim_s=optim_s,
                       loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
-    recorder.node(rank, param_sha256=param_digest(model))
+    metrics = work.evaluate(model.module)
+    recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"])
     recorder.close()
     dist.destroy_process_group()
 

@@ -68,6 +68,25 @@ def _batches(o: MLPOptions, seed: int, rank: int, batch_size: int) -> Iterator[t
         yield z @ projection, y
 
 
+EVAL_SAMPLES = 4096
+
+
+def _evaluator(o: MLPOptions, seed: int):
+    """Loss and accuracy on held-out samples from a stream no rank trains on."""
+    projection, teacher = _task(o, seed)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+    z = torch.randn(EVAL_SAMPLES, LATENT, generator=g)
+    with torch.no_grad():
+        x, y = z @ projection, teacher(z).argmax(dim=1)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        with torch.no_grad():
+            logits = model(x)
+            return {"loss": float(nn.functional.cross_entropy(logits, y)),
+                    "accuracy": float((logits.argmax(dim=1) == y).float().mean())}
+    return evaluate
+
+
 def build(o: MLPOptions, seed: int, rank: int, batch_size: int):
     torch.manual_seed(seed)
-    return make_model(o), _batches(o, seed, rank, batch_size), nn.functional.cross_entropy
+    return make_model(o), _batches(o, seed, rank, batch_size), nn.functional.cross_entropy, _evaluator(o, seed)

@@ -1,0 +1,56 @@
+"""Does each method still learn? The same small task trained once per method, against ``none``.
+
+A 2-node mlp on the teacher task (fast link: this measures learning, not speed), every method
+with the options in TUNED where the method's defaults are tied to a gradient scale. Reported per
+method: final training loss (mean of the last 10 steps), held-out loss and accuracy, and the
+step at which the 10-step mean training loss first reaches the level ``none`` ends at (x 1.05).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import compress, results, runner
+from ..spec import LinkSpec, RunSpec
+
+WORKLOAD = {"width": 256, "depth": 2, "input_dim": 64, "classes": 10}
+TUNED = {"powersgd": "powersgd:start_iter=10", "dgc": "dgc:ratio=0.001,steps_per_epoch=10"}
+WINDOW = 10
+
+
+def _smooth(losses: list[float]) -> list[float]:
+    return [sum(losses[max(0, i - WINDOW + 1):i + 1]) / len(losses[max(0, i - WINDOW + 1):i + 1]) for i in range(len(losses))]
+
+
+def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str = "results/convergence",
+        on_cell: Callable[[str], None] = lambda s: None) -> dict:
+    rows = {}
+    for method in methods:
+        on_cell(method)
+        name, options = compress.resolve(TUNED.get(method, method))
+        spec = RunSpec(nodes=nodes, link=LinkSpec(bw_bps=1_000_000_000), compressor=name, compressor_options=options,
+                       workload="mlp", workload_options=WORKLOAD, steps=steps, batch_size=64, lr=0.05, seed=0,
+                       calibrate=False, results_dir=results_dir)
+        summary = runner.run(spec)
+        conn = results.connect(results_dir)
+        losses = [r["loss"] for r in conn.execute("SELECT loss FROM steps WHERE run_id=? AND rank=0 ORDER BY step",
+                                                  (summary["run_id"],))]
+        conn.close()
+        rows[method] = {"compressor": TUNED.get(method, method), "run_id": summary["run_id"], "status": summary["status"],
+                        "final_loss": sum(losses[-WINDOW:]) / max(1, len(losses[-WINDOW:])),
+                        "eval_loss": summary["eval_loss"], "eval_accuracy": summary["eval_accuracy"],
+                        "payload_bytes_per_step": summary["payload_bytes_per_step"], "smoothed": _smooth(losses)}
+    base = rows.get("none")
+    if base:
+        target = base["smoothed"][-1] * 1.05
+        for row in rows.values():
+            row["steps_to_target"] = next((i + 1 for i, v in enumerate(row["smoothed"]) if v <= target), None)
+            row["accuracy_vs_none"] = (row["eval_accuracy"] - base["eval_accuracy"]) if row["eval_accuracy"] is not None else None
+            row["bytes_vs_none"] = (row["payload_bytes_per_step"] / base["payload_bytes_per_step"]
+                                    if row["payload_bytes_per_step"] else None)
+        target_loss = target
+    else:
+        target_loss = None
+    for row in rows.values():
+        row.pop("smoothed")
+    return {"nodes": nodes, "steps": steps, "workload": {"mlp": WORKLOAD}, "target_loss": target_loss, "methods": rows}
