@@ -343,12 +343,13 @@ def bench_net(as_json, seconds, rates, latencies):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.option("--nodes", default=2, show_default=True, help="Nodes (2 to 4 recommended on a small machine).")
 @click.option("--steps", default=200, show_default=True, help="Training steps per method.")
-@click.option("--methods", default=None, help="Comma-separated methods (default: all).")
+@click.option("--methods", default=None,
+              help="Semicolon-separated methods, each NAME or NAME:key=value,... (default: all, tuned as documented).")
 @click.option("--results", "results_dir", default="results/convergence", show_default=True, help="Results directory.")
 def bench_convergence(as_json, nodes, steps, methods, results_dir):
     """Train the same small task with every method: final loss, accuracy, steps to none's loss."""
     from .bench import convergence
-    names = methods.split(",") if methods else compress.names()
+    names = methods.split(";") if methods else compress.names()
     if "none" in names:
         names = ["none"] + [n for n in names if n != "none"]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
@@ -366,7 +367,8 @@ def bench_convergence(as_json, nodes, steps, methods, results_dir):
                 "bytes vs none"):
         table.add_column(col, justify="right")
     for name, r in report["methods"].items():
-        table.add_row(name, r["compressor"].partition(":")[2] or "-", _fmt(r["final_loss"], digits=4),
+        table.add_row(name, r["compressor"].partition(":")[2] or "-",
+                      "diverged" if r["diverged"] else _fmt(r["final_loss"], digits=4),
                       _fmt(r["eval_loss"], digits=4), _fmt(r["eval_accuracy"] * 100 if r["eval_accuracy"] is not None else None, "%", digits=4),
                       _fmt(r.get("accuracy_vs_none", 0) * 100 if r.get("accuracy_vs_none") is not None else None, " pt", digits=2),
                       str(r.get("steps_to_target") or "never"), _fmt(r.get("bytes_vs_none"), "x", digits=3))

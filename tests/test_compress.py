@@ -22,18 +22,20 @@ def test_registry_lists_and_resolves():
 def test_none_is_the_identity_and_sends_fp32():
     g = torch.randn(1001)
     c = compress.create("none", {})
-    p = c.compress(g)
+    bucket = compress.Bucket(0, [g.shape])
+    p = c.encode(g, bucket)
     assert p.nbytes == 4 * 1001
-    assert torch.equal(c.decompress(p), g)
+    assert torch.equal(c.decompress(p, bucket, 1001), g)
 
 
 def test_fp16_halves_bytes_and_round_trips_to_half_precision():
     g = torch.randn(1001) * 3
     c = compress.create("fp16", {})
-    p = c.compress(g)
+    bucket = compress.Bucket(0, [g.shape])
+    p = c.encode(g, bucket)
     assert p.nbytes == 2 * 1001
-    assert [t.dtype for t in p.tensors] == [torch.float16]
-    out = c.decompress(p)
+    assert [t.dtype for t in p.reduce] == [torch.float16] and p.gather == []
+    out = c.decompress(p, bucket, 1001)
     assert out.dtype == torch.float32
     assert torch.equal(out, g.half().float())
 
@@ -53,6 +55,7 @@ def test_hook_adapter_trains_like_ddp_and_counts_bytes(single_rank_group, name):
     torch.manual_seed(0)
     hooked = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
     state = hook.install(hooked, compress.create(name, {}))
+    state.dense_floor = 0
     x = torch.randn(8, 32)
     plain(x).square().sum().backward()
     hooked(x).square().sum().backward()
@@ -64,3 +67,11 @@ def test_hook_adapter_trains_like_ddp_and_counts_bytes(single_rank_group, name):
         expected = a.grad if name == "none" else a.grad.half().float()
         assert torch.equal(b.grad, expected)
     assert state.take_step_stats()["payload_bytes"] == 0     # counters restart each step
+
+
+def test_buckets_under_the_floor_go_dense(single_rank_group):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 4))                # 36 elements: one small bucket
+    state = hook.install(model, compress.create("topk", {"ratio": 0.01}))
+    model(torch.randn(2, 8)).sum().backward()
+    assert state.take_step_stats()["payload_bytes"] == 36 * 4

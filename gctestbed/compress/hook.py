@@ -22,6 +22,21 @@ from . import collectives
 from .base import Bucket, Compressor, Payload
 
 
+DENSE_FLOOR = 1024      # buckets with fewer elements go dense: compressing them saves less than it costs
+
+
+class _Dense(Compressor):
+    """What buckets under the floor use: fp32, all-reduced."""
+
+    name, collective, summary = "dense", "allreduce", "fp32 all-reduce"
+
+    def encode(self, grad, bucket):
+        return Payload(reduce=[grad])
+
+    def decode(self, tensors, meta, bucket, numel):
+        return tensors[0]
+
+
 class HookState:
     """A compressor, the process group it talks over, the step, and the counters of a step.
 
@@ -29,8 +44,10 @@ class HookState:
     guarded by a lock. The worker sets ``step`` before each step's backward.
     """
 
-    def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None):
+    def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
+                 dense_floor: int = DENSE_FLOOR):
         self.compressor = compressor
+        self.dense_floor = dense_floor
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
@@ -81,7 +98,7 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     """DDP hook: compress the bucket, run the payload's collectives, decompress into the bucket."""
     buffer = bucket.buffer()
     numel = buffer.numel()
-    compressor = state.compressor
+    compressor = state.compressor if numel >= state.dense_floor else _Dense()
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
                  rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
     t0 = now()

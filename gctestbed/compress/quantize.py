@@ -8,8 +8,10 @@
 - ``qsgd``: per chunk of ``bucket_size`` elements, the L2 norm (fp32) and each element's sign and
   stochastically rounded level in 0..s: unbiased. Codes take 1 + ceil(log2(s+1)) bits, packed in
   the next width of 2, 4 or 8.
-- ``terngrad``: the ranks first agree on one scale (the largest |g| anywhere: scalar sharing),
-  then each sends sign(g) * Bernoulli(|g| / scale) in 2 bits: unbiased.
+- ``terngrad``: each rank clips its gradient to ``clip`` standard deviations (the paper's gradient
+  clipping, which keeps one outlier from setting the scale), the ranks agree on one scale (the
+  largest |g| anywhere: scalar sharing), then each sends sign(g) * Bernoulli(|g| / scale) in 2
+  bits: unbiased for the clipped gradient.
 
 MXNet's own defaults (tau 0.5, scale 1) assume its gradient scale; ours are sized for gradients
 of ~1e-3, and every option can be set.
@@ -145,7 +147,12 @@ class QSGD(Compressor):
 
 @dataclass
 class TernGradOptions:
+    clip: float = 2.5             # clip |g| to clip * std before ternarising (0: no clipping)
     seed: int = 0
+
+    def __post_init__(self):
+        if self.clip < 0:
+            raise ValueError(f"clip must be 0 or more, got {self.clip}")
 
 
 @register
@@ -157,6 +164,9 @@ class TernGrad(Compressor):
     Options = TernGradOptions
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
+        if self.options.clip > 0 and grad.numel() > 1:
+            bound = self.options.clip * float(grad.std())
+            grad = grad.clamp(-bound, bound)
         return Payload(gather=[grad.abs().max().reshape(1)], meta={"grad": grad, "round": "scale"})
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int):
