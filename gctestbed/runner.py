@@ -82,7 +82,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 for node in nodes:
                     recorder.node(node.rank, name=node.name, address=node.address)
                     procs[node.rank] = cluster.spawn(node, [sys.executable, "-m", "gctestbed.worker", spec_path],
-                                                     os.path.join(run_dir, f"node{node.rank}.log"), {})
+                                                     os.path.join(run_dir, f"node{node.rank}.log"))
                 error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
             status = "ok" if error is None else "failed"
     except Interrupted:

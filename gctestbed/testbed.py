@@ -55,10 +55,9 @@ def node_of(state: ledger.RunState, node: str) -> dict:
     raise UserError(f"cluster gct-{state.run_id} has no node '{node}'; its nodes are 0 to {len(nodes) - 1}.")
 
 
-def namespaces_node(n: dict):
+def namespaces_node(n: dict) -> topology.NodePort:
     """A node of a ledger's meta as the measuring code wants it (netns, address)."""
-    from .net.topology import NodePort
-    return NodePort(rank=n["rank"], netns=n["netns"], address=n["address"], switch_ns="", port="")
+    return topology.NodePort(rank=n["rank"], netns=n["netns"], address=n["address"], switch_ns="", port="")
 
 
 def exec_in(name: str, node: str, argv: list[str]) -> None:

@@ -20,21 +20,12 @@ from torch.nn.parallel import DistributedDataParallel
 from ..timing import now
 from . import collectives
 from .base import Bucket, Compressor, Payload
+from .dense import NoCompression
+
+_PLAIN = NoCompression()      # what buckets under the dense floor use
 
 
 DENSE_FLOOR = 1024      # buckets with fewer elements go dense: compressing them saves less than it costs
-
-
-class _Dense(Compressor):
-    """What buckets under the floor use: fp32, all-reduced."""
-
-    name, collective, summary = "dense", "allreduce", "fp32 all-reduce"
-
-    def encode(self, grad, bucket):
-        return Payload(reduce=[grad])
-
-    def decode(self, tensors, meta, bucket, numel):
-        return tensors[0]
 
 
 class HookState:
@@ -98,7 +89,7 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     """DDP hook: compress the bucket, run the payload's collectives, decompress into the bucket."""
     buffer = bucket.buffer()
     numel = buffer.numel()
-    compressor = state.compressor if numel >= state.dense_floor else _Dense()
+    compressor = state.compressor if numel >= state.dense_floor else _PLAIN
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
                  rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
     t0 = now()
