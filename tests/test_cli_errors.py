@@ -21,7 +21,7 @@ from gctestbed.cli import main
     (["--nodes", "65"], "from 1 to 64"),
     (["--nodes", "two"], "--nodes must be a whole number"),
     (["--latency", "5"], "has no unit"),
-    (["--compressor", "zip"], "unknown compressor 'zip'; available: fp16, none"),
+    (["--compressor", "zip"], "unknown compressor 'zip'; available: bf16, dgc, efsignsgd"),
     (["--compressor", "fp16:level=3"], "has no option 'level'"),
     (["--workload", "resnet"], "unknown workload 'resnet'"),
     (["--workload", "mlp:width=wide"], "not a valid int"),
