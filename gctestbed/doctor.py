@@ -7,7 +7,6 @@ asking torch. Every missing piece says what it disables and how to get it.
 
 from __future__ import annotations
 
-import errno
 import http.client
 import os
 import socket
@@ -97,21 +96,7 @@ def kernel_checks() -> list[Check]:
 
 
 def _qdisc(ns: str, kind: str, state: RunState) -> bool:
-    if kind not in ("ingress", "clsact"):
-        return probe.qdisc_available(ns, kind, state.add, **PROBE_PARAMS.get(kind, {}))
-    state.add("link", name=probe.PROBE_IF, netns=ns)
-    with namespaces.iproute(ns) as ipr:
-        ipr.link("add", ifname=probe.PROBE_IF, kind="veth", peer="gct-probe1")
-        index = ipr.link_lookup(ifname=probe.PROBE_IF)[0]
-        try:
-            ipr.tc("add", kind, index, 0xFFFF0000)
-            return True
-        except NetlinkError as e:
-            if e.code in (errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL):
-                return False
-            raise
-        finally:
-            ipr.link("del", index=index)
+    return probe.qdisc_available(ns, kind, state.add, **PROBE_PARAMS.get(kind, {}))
 
 
 def latency_check(kernel: list[Check]) -> Check:

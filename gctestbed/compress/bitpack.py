@@ -32,7 +32,6 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
     """int32 words -> the first ``numel`` codes (as int64)."""
-    per = 32 // bits
     word = packed.to(torch.int64) & 0xFFFFFFFF
     shifts = torch.arange(32 - bits, -1, -bits, dtype=torch.int64, device=packed.device)
     codes = (word.view(-1, 1) >> shifts) & ((1 << bits) - 1)

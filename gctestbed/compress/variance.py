@@ -17,7 +17,6 @@ parameter; the variance of the mean gradient is then (sum_j g_j^2 - m g^2) / (m 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
