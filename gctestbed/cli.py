@@ -411,7 +411,8 @@ def _print_summary(s: dict) -> None:
     table = Table(title=f"run {s['run_id']}  [{s['status']}]", show_header=False)
     rows = [
         ("compressor", s["compressor"]), ("workload", s["workload"]), ("nodes", str(s["nodes"])),
-        ("link", f"{format_rate(s['bw_bps'])}, latency {format_duration(s['latency_s'])}"),
+        ("link", f"topology {s['topology']} (see its calibration)" if s.get("topology")
+         else f"{format_rate(s['bw_bps'])}, latency {format_duration(s['latency_s'])}"),
         ("steps recorded", f"{s['steps_recorded']} / {s['steps']}"),
         ("median step", _fmt(s["median_step_s"], " s")),
         ("  compute (fwd+bwd, incl. waiting on comm)", _fmt(s["median_compute_s"], " s")),

@@ -237,6 +237,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "compressor_options": spec.compressor_options,
         "workload": spec.workload,
         "nodes": n,
+        "topology": spec.topology.name if spec.topology else None,
         "bw_bps": spec.link.bw_bps,
         "latency_s": spec.link.latency_s,
         "steps": spec.steps,
