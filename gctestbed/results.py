@@ -225,6 +225,9 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
     busbw = _median(r["payload_bytes"] * 8 * 2 * (n - 1) / n / r["comm_s"]
                     for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"])
     last = done[complete[-1]] if complete else []
+    net = spec.network()
+    bottleneck = min(d.rate_bps for hop in [n.hop for n in net.nodes] + [t.hop for t in net.trunks]
+                     for d in (hop.ab, hop.ba))
     nodes = conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run["run_id"],)).fetchall()
     calibration = [dict(r) for r in conn.execute("SELECT * FROM calibrations WHERE run_id=? ORDER BY t, src",
                                                  (run["run_id"],))]
@@ -250,7 +253,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
         "expected_tx_bytes_per_step": _median(r["expected_tx_bytes"] for rs in per_step for r in rs),
         "busbw_bps": busbw,
-        "busbw_fraction_of_link": busbw / spec.link.bw_bps if busbw else None,
+        "bottleneck_bps": bottleneck,
+        "busbw_fraction_of_link": busbw / bottleneck if busbw else None,
         "final_loss": _mean(r["loss"] for r in last),
         "eval_loss": nodes[0]["eval_loss"] if nodes else None,
         "eval_accuracy": nodes[0]["eval_accuracy"] if nodes else None,

@@ -36,3 +36,13 @@ def test_method_on_three_nodes(tmp_path, state_dir, method):
     assert s["status"] == "ok" and s["params_identical"] is True
     expected, wire = s["expected_tx_bytes_per_step"], s["wire_bytes_per_step"]
     assert expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET, (expected, wire)
+
+
+def test_empty_payloads_do_not_hang(tmp_path, state_dir):
+    """Strom's threshold far above every gradient: no rank ever has an element to send."""
+    proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--no-calibrate", "--workload", MODEL, "--steps", "3",
+                     "--compressor", "threshold:tau=1000", "--timeout", "60s", "--results", str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path)
+    assert s["status"] == "ok" and s["params_identical"] is True and s["steps_recorded"] == 3
+    assert s["payload_bytes_per_step"] == 0
