@@ -252,6 +252,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "wire_bytes_per_step": _median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
         "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
         "expected_tx_bytes_per_step": _median(r["expected_tx_bytes"] for rs in per_step for r in rs),
+        "buckets_per_step": _median(r["buckets"] for rs in per_step for r in rs),
         "busbw_bps": busbw,
         "bottleneck_bps": bottleneck,
         "busbw_fraction_of_link": busbw / bottleneck if busbw else None,

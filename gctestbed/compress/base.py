@@ -83,6 +83,7 @@ class Compressor:
     error_feedback: ClassVar[bool] = False
     momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
     microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
+    rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
 
     def __init__(self, **options: Any):
         self.options = self.Options(**options)

@@ -2,14 +2,22 @@
 
 Installed with ``register_comm_hook``, compression runs per bucket as soon as the bucket's
 gradients are ready, so it overlaps with the rest of backward exactly as production DDP does,
-and any model wrapped in DDP can use it. The reduce part of a payload is all-reduced
-asynchronously; the gather part and any further round run in the completion callback, where
-PyTorch's own PowerSGD hook runs its second round too. The state object, like PyTorch's
-PowerSGDState, counts what each step cost: payload bytes, the bytes the collectives transmit,
-buckets, encode and decode time, and the span from the first bucket's collective launch to the
-last one's completion (the communication time).
+and any model wrapped in DDP can use it.
+
+Every collective is issued by one driver thread per process, bucket after bucket in the order
+DDP hands them over (the same on every rank): collectives are matched across ranks by the order
+they are issued, and issuing them from completion callbacks — which run on the backend's own
+threads, in whatever order buckets finish — would pair one rank's gather of bucket 0 with
+another's of bucket 1. The hook only enqueues and returns a future, so backward goes on. A
+single-round method whose payload is only summed keeps its all-reduce asynchronous; anything
+that needs a further collective waits for it in the driver, never on a backend thread.
+
+The state object, like PyTorch's PowerSGDState, counts what each step cost: payload bytes, the
+bytes the collectives transmit, buckets, encode and decode time, and the span from the first
+bucket's collective launch to the last one's completion (the communication time).
 """
 
+import queue
 import threading
 from typing import Any
 
@@ -45,6 +53,17 @@ class HookState:
         self.step = 0
         self._lock = threading.Lock()
         self._reset()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._drive, name="gctestbed-comm", daemon=True).start()
+
+    def _drive(self) -> None:
+        """The driver thread: one bucket at a time, in the order the hook enqueued them."""
+        while True:
+            future, buffer, ctx = self._jobs.get()
+            try:
+                _exchange(self, future, buffer, ctx)
+            except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it in backward
+                future.set_exception(e)
 
     def _reset(self) -> None:
         self._stats = {"payload_bytes": 0, "expected_tx_bytes": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
@@ -86,38 +105,60 @@ def _finish_round(state: HookState, payload: Payload) -> None:
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP hook: compress the bucket, run the payload's collectives, decompress into the bucket."""
-    buffer = bucket.buffer()
-    numel = buffer.numel()
-    compressor = state.compressor if numel >= state.dense_floor else _PLAIN
+    """DDP hook: hand the bucket to the driver thread; the future completes with the new bucket."""
+    future: torch.futures.Future = torch.futures.Future()
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
                  rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
+    state._jobs.put((future, bucket.buffer(), ctx))
+    return future
+
+
+def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, ctx: Bucket) -> None:
+    """Compress, communicate, decompress one bucket (on the driver thread)."""
+    numel = buffer.numel()
+    compressor = state.compressor if numel >= state.dense_floor else _PLAIN
     t0 = now()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
     launched = now()
     state._count(encode_s=launched - t0, buckets=1)
     state._launched(launched)
-    first = collectives.allreduce(payload.reduce, state.process_group)
+    if compressor.rounds == 1 and not payload.gather:
+        # summed only, one round: let the all-reduce run while the driver takes the next bucket
+        collectives.allreduce(payload.reduce, state.process_group).then(
+            lambda f: _complete(state, future, buffer, ctx, compressor, payload, numel))
+        return
+    current, decode_s = payload, 0.0
+    while True:
+        collectives.allreduce(current.reduce, state.process_group).wait()
+        _finish_round(state, current)
+        state._arrived(now())
+        t = now()
+        result = compressor.decompress(current, ctx, numel)
+        decode_s += now() - t
+        if not isinstance(result, Payload):
+            break
+        current = result
+    _deliver(state, future, buffer, result, decode_s)
 
-    def finish(_: torch.futures.Future) -> torch.Tensor:
-        current, decode_s = payload, 0.0
-        while True:
-            if current is not payload:
-                collectives.allreduce(current.reduce, state.process_group).wait()
-            _finish_round(state, current)
-            state._arrived(now())
-            t = now()
-            result = compressor.decompress(current, ctx, numel)
-            decode_s += now() - t
-            if not isinstance(result, Payload):
-                break
-            current = result
-        if result.data_ptr() != buffer.data_ptr():
-            buffer.copy_(result)
-        state._count(decode_s=decode_s)
-        return buffer
 
-    return first.then(finish)
+def _complete(state, future, buffer, ctx, compressor, payload, numel) -> None:
+    """Completion of a one-round, summed-only payload (on a backend thread: no collectives here)."""
+    try:
+        _finish_round(state, payload)
+        state._arrived(now())
+        t = now()
+        result = compressor.decompress(payload, ctx, numel)
+        _deliver(state, future, buffer, result, now() - t)
+    except BaseException as e:  # noqa: BLE001
+        future.set_exception(e)
+
+
+def _deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, result: torch.Tensor,
+             decode_s: float) -> None:
+    if result.data_ptr() != buffer.data_ptr():
+        buffer.copy_(result)
+    state._count(decode_s=decode_s)
+    future.set_result(buffer)
 
 
 def install(model: DistributedDataParallel, compressor: Compressor,

@@ -62,6 +62,7 @@ class PowerSGD(Compressor):
     summary = "PowerSGD: rank-r P Q^T by one power iteration, two all-reduces, warm start, error feedback"
     paper = "Vogels, Karimireddy & Jaggi, PowerSGD: Practical Low-Rank Gradient Compression, NeurIPS 2019"
     Options = PowerSGDOptions
+    rounds = 2
 
     def __init__(self, **options):
         super().__init__(**options)

@@ -162,6 +162,7 @@ class TernGrad(Compressor):
     summary = "TernGrad: shared scale (max |g| over ranks), then sign*Bernoulli(|g|/scale) in 2 bits: unbiased"
     paper = "Wen et al., TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning, NeurIPS 2017"
     Options = TernGradOptions
+    rounds = 2
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         if self.options.clip > 0 and grad.numel() > 1:
