@@ -74,3 +74,22 @@ def test_calibration_is_stored_with_the_run(tmp_path, state_dir):
     for c in s["calibration"]:
         assert c["miss"] is None and c["target_bps"] == 100_000_000 and c["target_rtt_s"] == pytest.approx(0.004)
         assert c["rtt_loaded_s"] >= c["rtt_idle_s"]
+
+
+@pytest.mark.parametrize("tool", ["builtin", "iperf3"])
+def test_calibrate_command_with_each_tool(tmp_path, state_dir, tool):
+    """A machine without iperf3 calibrates with the built-in probe; both read the same wire rate."""
+    import json
+    import shutil
+
+    from helpers import gctestbed
+    if tool == "iperf3" and shutil.which("iperf3") is None:
+        pytest.skip("iperf3 is not installed")
+    proc = gctestbed("calibrate", "--nodes", "2", "--bw", "100mbit", "--latency", "2ms", "--tool", tool,
+                     "--seconds", "1.5", "--json", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    paths = json.loads(proc.stdout)
+    assert [(p["src"], p["dst"], p["tool"]) for p in paths] == [(0, 1, tool), (1, 0, tool)]
+    for p in paths:
+        assert p["miss"] is None and abs(p["wire_bps"] - 100e6) / 100e6 < 0.10
+        assert abs(p["rtt_idle_s"] - 0.004) < 0.001
