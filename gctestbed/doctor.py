@@ -86,17 +86,13 @@ def kernel_checks() -> list[Check]:
                             else (err.strip().splitlines() or ["failed"])[-1],
                             "the delay line (latency where netem is missing)", "load the tun module; /dev/net/tun"))
         for kind in QDISCS:
-            ok = _qdisc(scratch, kind, state)
+            ok = probe.qdisc_available(scratch, kind, state.add, **PROBE_PARAMS.get(kind, {}))
             checks.append(Check(f"qdisc {kind}", ok, "attached to a scratch veth" if ok else "the kernel refused it",
                                 "" if ok else NEEDED_QDISCS.get(kind, "nothing gctestbed needs"),
                                 "" if ok else f"load sch_{kind} (modprobe sch_{kind}) or use a kernel that has it"))
     finally:
         state.undo()
     return checks
-
-
-def _qdisc(ns: str, kind: str, state: RunState) -> bool:
-    return probe.qdisc_available(ns, kind, state.add, **PROBE_PARAMS.get(kind, {}))
 
 
 def latency_check(kernel: list[Check]) -> Check:

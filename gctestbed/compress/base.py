@@ -60,6 +60,18 @@ class Bucket:
         return out
 
 
+def seeded(*parts: Any) -> torch.Generator:
+    """A CPU generator seeded from ``parts`` (seed, rank, step, bucket, ...): reproducible, and the
+    same on every rank when the parts are."""
+    return torch.Generator().manual_seed(hash(parts) & 0x7FFFFFFFFFFFFFFF)
+
+
+def positive(name: str, value: float) -> None:
+    """For options' ``__post_init__``: refuse a value that must be above zero."""
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
 @dataclass
 class NoOptions:
     """This method has no options."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, seeded
 from .registry import register
 
 
@@ -104,7 +104,7 @@ class DGC(Compressor):
         else:
             v = self.accumulated[bucket.key]
         u.mul_(o.momentum).add_(grad)
-        gen = torch.Generator().manual_seed(hash((o.seed, bucket.rank, bucket.step, bucket.key)) & 0x7FFFFFFFFFFFFFFF)
+        gen = seeded(o.seed, bucket.rank, bucket.step, bucket.key)
         density = self.density(bucket.step)
         indices, values, dense = [], [], []
         offset = 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, seeded
 from .registry import register
 
 
@@ -84,8 +84,7 @@ class PowerSGD(Compressor):
         key = (bucket.key, i)
         q = self.qs.get(key)
         if q is None or q.shape[0] != m or not self.options.warm_start:
-            g = torch.Generator().manual_seed(hash((self.options.seed, bucket.key, i, bucket.step
-                                                    if not self.options.warm_start else 0)) & 0x7FFFFFFFFFFFFFFF)
+            g = seeded(self.options.seed, bucket.key, i, 0 if self.options.warm_start else bucket.step)
             q = torch.randn(m, self.options.rank, generator=g).to(device)
             self.qs[key] = q
         return q

@@ -25,13 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from . import bitpack
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, positive, seeded
 from .registry import register
-
-
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be positive, got {value}")
 
 
 @dataclass
@@ -39,7 +34,7 @@ class TwoBitOptions:
     threshold: float = 0.001
 
     def __post_init__(self):
-        _positive("threshold", self.threshold)
+        positive("threshold", self.threshold)
 
 
 @register
@@ -73,7 +68,7 @@ class OneBitOptions:
     scale: float = 0.001          # the magnitude a bit stands for (MXNet: 1)
 
     def __post_init__(self):
-        _positive("scale", self.scale)
+        positive("scale", self.scale)
 
 
 @register
@@ -111,10 +106,6 @@ def _width(levels: int) -> int:
     return next(w for w in bitpack.WIDTHS if w >= need)
 
 
-def _generator(seed: int, bucket: Bucket) -> torch.Generator:
-    return torch.Generator().manual_seed(hash((seed, bucket.rank, bucket.step, bucket.key)) & 0x7FFFFFFFFFFFFFFF)
-
-
 @register
 class QSGD(Compressor):
     name = "qsgd"
@@ -132,7 +123,7 @@ class QSGD(Compressor):
         norms = chunks.norm(dim=1)
         scaled = chunks.abs() / norms.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1) * s
         lower = scaled.floor()
-        noise = torch.rand(scaled.shape, generator=_generator(self.options.seed, bucket)).to(grad.device)
+        noise = torch.rand(scaled.shape, generator=seeded(self.options.seed, bucket.rank, bucket.step, bucket.key)).to(grad.device)
         level = (lower + (noise < scaled - lower).to(torch.float32)).clamp(max=s).to(torch.int64)
         codes = (level << 1 | (chunks < 0).to(torch.int64)).reshape(-1)[:n]
         return Payload(gather=[bitpack.pack(codes, _width(s)), norms])
@@ -176,7 +167,8 @@ class TernGrad(Compressor):
             grad = payload.meta["grad"]
             if scale == 0:
                 return torch.zeros(numel, dtype=torch.float32, device=grad.device)
-            noise = torch.rand(grad.shape, generator=_generator(self.options.seed, bucket)).to(grad.device)
+            noise = torch.rand(grad.shape, generator=seeded(self.options.seed, bucket.rank, bucket.step,
+                                                            bucket.key)).to(grad.device)
             keep = noise < grad.abs() / scale
             codes = torch.where(keep, torch.where(grad < 0, 0b10, 0b01), 0).to(torch.int64)
             return Payload(gather=[bitpack.pack(codes, 2)], meta={"round": "ternary", "scale": scale})

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import bitpack
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, positive
 from .registry import register
 
 
@@ -31,8 +31,7 @@ class VoteOptions:
     scale: float = 0.001
 
     def __post_init__(self):
-        if not self.scale > 0:
-            raise ValueError(f"scale must be positive, got {self.scale}")
+        positive("scale", self.scale)
 
 
 class _MajorityVote(Compressor):
@@ -65,8 +64,7 @@ class SignumOptions:
     def __post_init__(self):
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta must be in [0, 1), got {self.beta}")
-        if not self.scale > 0:
-            raise ValueError(f"scale must be positive, got {self.scale}")
+        positive("scale", self.scale)
 
 
 @register

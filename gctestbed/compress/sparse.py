@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, positive, seeded
 from .registry import register
 
 
@@ -79,8 +79,7 @@ class RandomK(Compressor):
         self.error_feedback = not self.options.unbiased
 
     def _indices(self, numel: int, bucket: Bucket, device) -> torch.Tensor:
-        g = torch.Generator().manual_seed(hash((self.options.seed, bucket.step, bucket.key)) & 0x7FFFFFFFFFFFFFFF)
-        return torch.randperm(numel, generator=g)[:_k(numel, self.options.ratio)].to(device)
+        return torch.randperm(numel, generator=seeded(self.options.seed, bucket.step, bucket.key))[:_k(numel, self.options.ratio)].to(device)
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = self._indices(grad.numel(), bucket, grad.device)
@@ -98,8 +97,7 @@ class ThresholdOptions:
     tau: float = 0.001           # send an element once its accumulated value reaches +-tau
 
     def __post_init__(self):
-        if not self.tau > 0:
-            raise ValueError(f"tau must be positive, got {self.tau}")
+        positive("tau", self.tau)
 
 
 @register

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from . import bitpack
-from .base import Bucket, Compressor, Payload
+from .base import Bucket, Compressor, Payload, positive
 from .registry import register
 
 
@@ -54,8 +54,7 @@ class VarianceOptions:
     microbatches: int = 4         # parts of the local batch the variance is estimated from
 
     def __post_init__(self):
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be positive, got {self.alpha}")
+        positive("alpha", self.alpha)
         if not 0 < self.zeta <= 1:
             raise ValueError(f"zeta must be in (0, 1], got {self.zeta}")
         if self.microbatches < 2:
@@ -68,8 +67,7 @@ class HybridOptions(VarianceOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.tau > 0:
-            raise ValueError(f"tau must be positive, got {self.tau}")
+        positive("tau", self.tau)
 
 
 def encode4(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

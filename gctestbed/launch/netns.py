@@ -10,8 +10,6 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-import psutil
-
 from ..net import namespaces, topology
 from ..spec import RunSpec, UserError
 from .nodeenv import node_environment
@@ -65,15 +63,9 @@ class NetnsCluster:
         with open(log_path, "ab") as log:
             proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.state.add("process", name=node.name, pid=proc.pid, started=_start_time(proc.pid))
+        self.state.add("process", name=node.name, pid=proc.pid)
         return proc
 
     def down(self) -> list[str]:
         return self.state.undo()
 
-
-def _start_time(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0

@@ -80,7 +80,16 @@ class RunState:
         self._write()
 
     def add(self, kind: str, **where) -> None:
-        """Record an object (``netns``, ``link``, ``qdisc``, ``process``) before creating it."""
+        """Record an object (``netns``, ``link``, ``qdisc``, ``process``) before creating it.
+
+        A process is recorded just after it starts (its pid is needed), with its start time, so a
+        later teardown never signals another process that reused the pid.
+        """
+        if kind == "process" and "started" not in where:
+            try:
+                where["started"] = psutil.Process(where["pid"]).create_time()
+            except psutil.Error:
+                where["started"] = 0.0
         self.objects.append({"kind": kind, **where})
         self._write()
 

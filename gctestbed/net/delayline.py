@@ -16,8 +16,6 @@ import os
 import subprocess
 from typing import Callable
 
-import psutil
-
 from .. import kernels
 from ..spec import Direction, Hop
 from . import namespaces
@@ -39,7 +37,7 @@ def start(cables: list[tuple[str, str, str, str, Hop]], seed: int, record: Calla
                  *_direction_args(hop.ab), *_direction_args(hop.ba), str(offload)]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    record("process", name="delayline", pid=proc.pid, started=_started(proc.pid))
+    record("process", name="delayline", pid=proc.pid)
     line = proc.stdout.readline().strip()
     if line != "ready":
         proc.kill()
@@ -69,10 +67,3 @@ def stop(proc: subprocess.Popen, timeout_s: float = 5.0) -> dict:
 
 def _direction_args(d: Direction) -> list[str]:
     return [str(round(d.delay_s * 1e6)), str(round(d.jitter_s * 1e6)), str(round(d.loss_pct * 1e4))]
-
-
-def _started(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0

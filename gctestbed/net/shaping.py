@@ -47,15 +47,6 @@ def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None:
             limit=netem_limit_packets(d.rate_bps, d.delay_s + d.jitter_s))
 
 
-def clear(ipr: IPRoute, ifname: str) -> None:
-    """Remove the root qdisc of ``ifname`` (the kernel's default comes back)."""
-    try:
-        ipr.tc("del", index=_index(ipr, ifname), handle=0, parent=0xFFFFFFFF)
-    except NetlinkError as e:
-        if e.code not in (errno.ENOENT, errno.EINVAL):
-            raise
-
-
 def describe(ipr: IPRoute, ifname: str) -> dict:
     """The configuration the kernel reports for ``ifname``: qdiscs, htb classes and counters."""
     index = _index(ipr, ifname)

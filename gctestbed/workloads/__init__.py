@@ -7,7 +7,7 @@ Each workload declares its options as a dataclass (types, defaults, range checks
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -43,6 +43,3 @@ def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: 
     model, batches, loss_fn, evaluate = builder(cls(**options), seed, rank, batch_size)
     return Workload(model, batches, loss_fn, evaluate)
 
-
-def default_options(name: str) -> dict[str, Any]:
-    return asdict(options_class(name)())
