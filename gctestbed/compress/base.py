@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import kernels
+
 COLLECTIVES = ("allreduce", "allgather")
 
 
@@ -66,6 +68,12 @@ def seeded(*parts: Any) -> torch.Generator:
     return torch.Generator().manual_seed(hash(parts) & 0x7FFFFFFFFFFFFFFF)
 
 
+def stream_key(*parts: Any) -> int:
+    """A 32-bit key for the counter-based random stream of the native kernels (and their torch
+    reference), derived from ``parts`` like ``seeded``."""
+    return hash(parts) & 0xFFFFFFFF
+
+
 def positive(name: str, value: float) -> None:
     """For options' ``__post_init__``: refuse a value that must be above zero."""
     if not value > 0:
@@ -96,9 +104,15 @@ class Compressor:
     momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
     microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
     rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
+    fused_feedback: ClassVar[bool] = False    # encode_feedback updates a residual in the same pass (native)
+    ops: Any = None                           # torch.ops.gctestbed when native kernels are chosen and built
 
     def __init__(self, **options: Any):
         self.options = self.Options(**options)
+
+    def native(self, tensor: torch.Tensor) -> Any:
+        """The native kernels if they were chosen and run on ``tensor``'s device, else None."""
+        return self.ops if kernels.supports(self.ops, tensor) else None
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         raise NotImplementedError
@@ -108,6 +122,16 @@ class Compressor:
         methods, the ``reduce`` part) stands for."""
         raise NotImplementedError
 
+    def encode_feedback(self, grad: torch.Tensor, residual: torch.Tensor, bucket: Bucket) -> Payload:
+        """With native kernels, for ``fused_feedback`` methods: encode grad + residual and leave in
+        ``residual`` (in place) what the payload does not carry, reading each element once."""
+        raise NotImplementedError
+
+    def decode_sum(self, gathered: list[list[torch.Tensor]], meta: dict, bucket: Bucket, numel: int) -> "torch.Tensor | None":
+        """With native kernels: the sum of the decoded payloads of every rank, in one pass; None
+        where the method has no such kernel (the reference loop then decodes one by one)."""
+        return None
+
     def decode_local(self, payload: Payload, bucket: Bucket, numel: int) -> torch.Tensor:
         """What this rank's own payload stands for, before any collective (error feedback)."""
         return self.decode(payload.reduce or payload.gather, payload.meta, bucket, numel)
@@ -116,6 +140,9 @@ class Compressor:
         """The aggregate after the collectives: decoded sum, or the next round's payload."""
         if payload.gathered is None:
             return self.decode(payload.reduce, payload.meta, bucket, numel)
+        summed = self.decode_sum(payload.gathered, payload.meta, bucket, numel)
+        if summed is not None:
+            return summed
         out = self.decode(payload.gathered[0], payload.meta, bucket, numel).clone()
         for tensors in payload.gathered[1:]:
             out += self.decode(tensors, payload.meta, bucket, numel)

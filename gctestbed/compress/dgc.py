@@ -4,7 +4,8 @@ Per sparsified tensor: velocity u = momentum*u + g (momentum correction: momentu
 before sparsification, so the optimizer runs without it); accumulation v = v + u; a threshold is
 estimated from a random sample of |v| (``sample_ratio``, ~1 %) and refined when the selected
 count misses the target (halved while far too few, exact top-k among the selected when far too
-many), never sorting the whole tensor; the selected v are sent as int32 index + fp32 (or fp16)
+many, ties to the lower index), never sorting the whole tensor; indices are sent in ascending
+order; the selected v are sent as int32 index + fp32 (or fp16)
 value; both v and u are zeroed where sent (momentum factor masking). The local gradient is
 clipped to ``clip_norm`` / sqrt(N) first (local gradient clipping; 0 turns it off). Density
 warms up: 25 %, 6.25 %, 1.5625 %, 0.39 % over the first ``warmup_epochs`` epochs (75 %, 93.75 %,
@@ -21,6 +22,7 @@ import torch
 
 from .base import Bucket, Compressor, Payload, seeded
 from .registry import register
+from .sparse import scatter_sum
 
 
 @dataclass
@@ -48,23 +50,44 @@ class DGCOptions:
             raise ValueError("clip_norm must be 0 or more and min_numel at least 1")
 
 
-def sampled_threshold_select(v: torch.Tensor, density: float, sample_ratio: float,
-                             generator: torch.Generator) -> torch.Tensor:
-    """Indices of about density * n largest |v|, from a threshold estimated on a sample."""
-    n = v.numel()
+def sample_sizes(n: int, density: float, sample_ratio: float) -> tuple[int, int, int]:
+    """(k, sample size, k within the sample) for selecting about density * n of n elements."""
     k = max(1, math.ceil(density * n))
-    mag = v.abs()
     sample_n = min(n, max(k, math.ceil(sample_ratio * n), 64))
-    sample = mag[torch.randint(n, (sample_n,), generator=generator).to(v.device)]
-    threshold = torch.topk(sample, max(1, math.ceil(density * sample_n))).values.min()
+    return k, sample_n, max(1, math.ceil(density * sample_n))
+
+
+def keep_largest(mag: torch.Tensor, idx: torch.Tensor, k: int) -> torch.Tensor:
+    """Of the ascending indices ``idx``, the k with the largest ``mag``; ties go to the lower index."""
+    mags = mag[idx]
+    kth = torch.topk(mags, k).values[-1]
+    above = mags > kth
+    tie = mags == kth
+    return idx[above | (tie & (tie.cumsum(0) <= k - above.sum()))]
+
+
+def sampled_threshold_select(v: torch.Tensor, density: float, sample_ratio: float,
+                             generator: torch.Generator, ops=None) -> torch.Tensor:
+    """Ascending indices of about density * n largest |v|, from a threshold estimated on a sample.
+
+    The threshold is the sample's k-th largest |v| (NaN ranks highest, as in torch.topk); it is
+    halved while far too few pass, and an over-full selection is trimmed to the exact k largest.
+    """
+    n = v.numel()
+    k, sample_n, k_sample = sample_sizes(n, density, sample_ratio)
+    sample = torch.randint(n, (sample_n,), generator=generator).to(v.device)
+    if ops is not None:
+        return ops.dgc_select(v, sample, k_sample, k)
+    mag = v.abs()
+    threshold = torch.topk(mag[sample], k_sample).values[-1]
     idx = torch.nonzero(mag >= threshold).reshape(-1)
     for _ in range(4):                                      # far too few: lower the threshold
-        if idx.numel() >= 0.8 * k or threshold <= 0:
+        if idx.numel() >= 0.8 * k or not threshold > 0:
             break
         threshold = threshold / 2
         idx = torch.nonzero(mag >= threshold).reshape(-1)
     if idx.numel() > 1.3 * k:                               # far too many: exact top-k among them
-        idx = idx[torch.topk(mag[idx], k, sorted=False).indices]
+        idx = keep_largest(mag, idx, k)
     return idx
 
 
@@ -103,16 +126,23 @@ class DGC(Compressor):
             u, v = torch.zeros_like(grad), torch.zeros_like(grad)
         else:
             v = self.accumulated[bucket.key]
-        u.mul_(o.momentum).add_(grad)
+        ops = self.native(grad)
+        if ops is None:
+            u.mul_(o.momentum).add_(grad)
         gen = seeded(o.seed, bucket.rank, bucket.step, bucket.key)
         density = self.density(bucket.step)
         indices, values, dense = [], [], []
         offset = 0
-        for sparse, (uv, vv) in zip(self._sparse(bucket), zip(bucket.split(u), bucket.split(v))):
+        for sparse, uv, vv, gv in zip(self._sparse(bucket), bucket.split(u), bucket.split(v), bucket.split(grad)):
             uf, vf = uv.reshape(-1), vv.reshape(-1)
+            if ops is not None and sparse:
+                ops.dgc_accumulate(uf, vf, gv.reshape(-1), o.momentum)   # u = m*u + g; v += u, in one pass
+            elif ops is not None:
+                uf.mul_(o.momentum).add_(gv.reshape(-1))
             if sparse:
-                vf.add_(uf)
-                idx = sampled_threshold_select(vf, density, o.sample_ratio, gen)
+                if ops is None:
+                    vf.add_(uf)
+                idx = sampled_threshold_select(vf, density, o.sample_ratio, gen, ops)
                 indices.append(idx + offset)
                 values.append(vf[idx].clone())
                 vf[idx] = 0                       # sent: cleared from the accumulation ...
@@ -146,9 +176,11 @@ class DGC(Compressor):
         return out
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int):
-        out = torch.zeros(numel, dtype=torch.float32, device=payload.gather[1].device)
-        for tensors in payload.gathered:
-            out += self.decode(tensors, payload.meta, bucket, numel)
+        out = scatter_sum(self.native(payload.gather[1]), payload.gathered, numel)
+        if out is None:
+            out = torch.zeros(numel, dtype=torch.float32, device=payload.gather[1].device)
+            for tensors in payload.gathered:
+                out += self.decode(tensors, payload.meta, bucket, numel)
         if payload.reduce:
             self._add_dense(out, payload.reduce[0], bucket)
         return out

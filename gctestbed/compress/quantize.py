@@ -7,7 +7,9 @@
   -scale; the residual keeps the difference. 32 codes per word.
 - ``qsgd``: per chunk of ``bucket_size`` elements, the L2 norm (fp32) and each element's sign and
   stochastically rounded level in 0..s: unbiased. Codes take 1 + ceil(log2(s+1)) bits, packed in
-  the next width of 2, 4 or 8.
+  the next width of 2, 4 or 8. The rounding noise is a counter-based hash of (key, element), the
+  same on every device and thread count (kernels/ops.h, hash32). A chunk holding NaN or Inf is
+  sent with level 0 and its non-finite norm, so it decodes to NaN: visible, not silently finite.
 - ``terngrad``: each rank clips its gradient to ``clip`` standard deviations (the paper's gradient
   clipping, which keeps one outlier from setting the scale), the ranks agree on one scale (the
   largest |g| anywhere: scalar sharing), then each sends sign(g) * Bernoulli(|g| / scale) in 2
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from . import bitpack
-from .base import Bucket, Compressor, Payload, positive, seeded
+from .base import Bucket, Compressor, Payload, positive, seeded, stream_key
 from .registry import register
 
 
@@ -45,6 +47,7 @@ class TwoBit(Compressor):
     paper = "MXNet gradient compression (after Strom, Interspeech 2015)"
     Options = TwoBitOptions
     error_feedback = True
+    fused_feedback = True
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         tau = self.options.threshold
@@ -53,7 +56,16 @@ class TwoBit(Compressor):
         codes[grad <= -tau] = 0b10
         return Payload(gather=[bitpack.pack(codes, 2)])
 
+    def encode_feedback(self, grad, residual, bucket):
+        return Payload(gather=[self.ops.twobit_encode(grad, residual, self.options.threshold)])
+
+    def decode_sum(self, gathered, meta, bucket, numel):
+        ops = self.native(gathered[0][0])
+        return ops.twobit_decode([t[0] for t in gathered], numel, self.options.threshold) if ops else None
+
     def decode(self, tensors, meta, bucket, numel):
+        if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
+            return summed
         codes = bitpack.unpack(tensors[0], 2, numel)
         tau = self.options.threshold
         out = torch.zeros(numel, dtype=torch.float32, device=codes.device)
@@ -79,11 +91,21 @@ class OneBit(Compressor):
     paper = "MXNet 1-bit gradient compression (apache/incubator-mxnet#17952)"
     Options = OneBitOptions
     error_feedback = True
+    fused_feedback = True
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         return Payload(gather=[bitpack.pack((grad > self.options.threshold).to(torch.int64), 1)])
 
+    def encode_feedback(self, grad, residual, bucket):
+        return Payload(gather=[self.ops.onebit_encode(grad, residual, self.options.threshold, self.options.scale)])
+
+    def decode_sum(self, gathered, meta, bucket, numel):
+        ops = self.native(gathered[0][0])
+        return ops.onebit_decode([t[0] for t in gathered], numel, self.options.scale) if ops else None
+
     def decode(self, tensors, meta, bucket, numel):
+        if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
+            return summed
         bits = bitpack.unpack(tensors[0], 1, numel)
         return (bits.to(torch.float32) * 2 - 1) * self.options.scale
 
@@ -106,6 +128,32 @@ def _width(levels: int) -> int:
     return next(w for w in bitpack.WIDTHS if w >= need)
 
 
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for x < 2**32 held in int64, without int64 overflow."""
+    return (x * (c & 0xFFFF) + ((x * (c >> 16)) & 0xFFFF) * 65536) & 0xFFFFFFFF
+
+
+def uniform24(key: int, n: int, device=None) -> torch.Tensor:
+    """n draws in [0, 1) with 24 random bits from the counter-based hash of (key, i), i < n: the
+    same numbers the native kernels draw (kernels/ops.h, hash32 and uniform24)."""
+    x = _mul32(torch.arange(n, dtype=torch.int64, device=device) & 0xFFFFFFFF, 0x9E3779B1) ^ key
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    x = x ^ (x >> 16)
+    return (x >> 8).to(torch.float32) * 2.0**-24
+
+
+def qsgd_levels(chunks: torch.Tensor, norms: torch.Tensor, levels: int, noise: torch.Tensor) -> torch.Tensor:
+    """Codes (level << 1 | sign) of ``chunks`` (rows of bucket_size) given their norms and noise."""
+    scaled = chunks.abs() / norms.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1) * levels
+    lower = scaled.floor()
+    level = (lower + (noise.view_as(scaled) < scaled - lower).to(torch.float32)).clamp(max=levels)
+    level = torch.where(torch.isfinite(scaled), level, 0).to(torch.int64)
+    return level << 1 | (chunks < 0).to(torch.int64)
+
+
 @register
 class QSGD(Compressor):
     name = "qsgd"
@@ -114,21 +162,30 @@ class QSGD(Compressor):
     paper = "Alistarh et al., QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding, NeurIPS 2017"
     Options = QSGDOptions
 
+    def _key(self, bucket: Bucket) -> int:
+        return stream_key(self.options.seed, bucket.rank, bucket.step, bucket.key)
+
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         s, d = self.options.levels, self.options.bucket_size
+        if (ops := self.native(grad)) is not None:
+            return Payload(gather=list(ops.qsgd_encode(grad, s, d, _width(s), self._key(bucket))))
         n = grad.numel()
         chunks = torch.zeros(math.ceil(n / d) * d, dtype=torch.float32, device=grad.device)
         chunks[:n] = grad
         chunks = chunks.view(-1, d)
         norms = chunks.norm(dim=1)
-        scaled = chunks.abs() / norms.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1) * s
-        lower = scaled.floor()
-        noise = torch.rand(scaled.shape, generator=seeded(self.options.seed, bucket.rank, bucket.step, bucket.key)).to(grad.device)
-        level = (lower + (noise < scaled - lower).to(torch.float32)).clamp(max=s).to(torch.int64)
-        codes = (level << 1 | (chunks < 0).to(torch.int64)).reshape(-1)[:n]
+        noise = uniform24(self._key(bucket), chunks.numel(), grad.device)
+        codes = qsgd_levels(chunks, norms, s, noise).reshape(-1)[:n]
         return Payload(gather=[bitpack.pack(codes, _width(s)), norms])
 
+    def decode_sum(self, gathered, meta, bucket, numel):
+        s, d = self.options.levels, self.options.bucket_size
+        ops = self.native(gathered[0][0])
+        return ops.qsgd_decode([t[0] for t in gathered], [t[1] for t in gathered], numel, s, d, _width(s)) if ops else None
+
     def decode(self, tensors, meta, bucket, numel):
+        if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
+            return summed
         s, d = self.options.levels, self.options.bucket_size
         codes = bitpack.unpack(tensors[0], _width(s), numel)
         norms = tensors[1].repeat_interleave(d)[:numel]

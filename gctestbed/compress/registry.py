@@ -52,9 +52,12 @@ def describe() -> list[dict[str, Any]]:
     return rows
 
 
-def create(name: str, options: dict[str, Any]) -> Compressor:
-    """An instance of ``name``, wrapped in error feedback when the method calls for it."""
+def create(name: str, options: dict[str, Any], kernels: str = "torch") -> Compressor:
+    """An instance of ``name``, wrapped in error feedback when the method calls for it, running
+    the native kernels (``kernels="native"``, where built) or the pure-torch reference."""
+    from .. import kernels as native
     compressor = get(name)(**options)
+    compressor.ops = native.load(kernels)
     if compressor.error_feedback:
         from .feedback import ErrorFeedback
         return ErrorFeedback(compressor)

@@ -18,8 +18,9 @@ from .base import Bucket, Compressor, Payload, positive
 from .registry import register
 
 
-def _signs(x: torch.Tensor) -> torch.Tensor:
-    return bitpack.pack((x >= 0).to(torch.int64), 1)
+def _signs(x: torch.Tensor, ops) -> torch.Tensor:
+    """Bit 1 where x >= 0 (NaN packs as 0: -1)."""
+    return ops.sign_pack(x) if ops is not None else bitpack.pack((x >= 0).to(torch.int64), 1)
 
 
 def _pm1(packed: torch.Tensor, numel: int) -> torch.Tensor:
@@ -41,6 +42,8 @@ class _MajorityVote(Compressor):
         return _pm1(tensors[0], numel)
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int):
+        if (ops := self.native(payload.gathered[0][0])) is not None:
+            return ops.sign_vote([t[0] for t in payload.gathered], numel, self.options.scale)
         votes = sum(self.decode(t, payload.meta, bucket, numel) for t in payload.gathered)
         return torch.sign(votes) * self.options.scale
 
@@ -53,7 +56,7 @@ class SignSGD(_MajorityVote):
     Options = VoteOptions
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        return Payload(gather=[_signs(grad)])
+        return Payload(gather=[_signs(grad, self.native(grad))])
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Signum(_MajorityVote):
         beta = self.options.beta
         m = (1 - beta) * grad if m is None or m.numel() != grad.numel() else beta * m + (1 - beta) * grad
         self.momentum[bucket.key] = m
-        return Payload(gather=[_signs(m)])
+        return Payload(gather=[_signs(m, self.native(m))])
 
 
 @register
@@ -96,7 +99,9 @@ class EFSignSGD(Compressor):
     error_feedback = True
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        return Payload(gather=[_signs(grad), (grad.abs().sum() / grad.numel()).reshape(1)])
+        return Payload(gather=[_signs(grad, self.native(grad)), (grad.abs().sum() / grad.numel()).reshape(1)])
 
     def decode(self, tensors, meta, bucket, numel):
+        if (ops := self.native(tensors[0])) is not None:
+            return ops.sign_unpack(tensors[0], numel, float(tensors[1][0]))
         return _pm1(tensors[0], numel) * tensors[1][0]

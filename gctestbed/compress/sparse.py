@@ -24,6 +24,11 @@ def _k(numel: int, ratio: float) -> int:
     return max(1, min(numel, math.ceil(ratio * numel)))
 
 
+def scatter_sum(ops, gathered: list[list[torch.Tensor]], numel: int) -> "torch.Tensor | None":
+    """With native kernels, the sum of every rank's (int32 index, value) payload as a dense tensor."""
+    return ops.scatter_add([t[0] for t in gathered], [t[1] for t in gathered], numel) if ops is not None else None
+
+
 def _ratio(value: float) -> None:
     if not 0 < value <= 1:
         raise ValueError(f"ratio must be in (0, 1], got {value}")
@@ -49,6 +54,9 @@ class TopK(Compressor):
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = torch.topk(grad.abs(), _k(grad.numel(), self.options.ratio), sorted=False).indices
         return Payload(gather=[idx.to(torch.int32), grad[idx]])
+
+    def decode_sum(self, gathered, meta, bucket, numel):
+        return scatter_sum(self.native(gathered[0][0]), gathered, numel)
 
     def decode(self, tensors, meta, bucket, numel):
         out = torch.zeros(numel, dtype=torch.float32, device=tensors[1].device)
@@ -108,6 +116,7 @@ class Threshold(Compressor):
     paper = "Strom, Scalable Distributed DNN Training Using Commodity GPU Cloud Computing, Interspeech 2015"
     Options = ThresholdOptions
     error_feedback = True
+    fused_feedback = True
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         if grad.numel() >= 2**31:
@@ -116,6 +125,13 @@ class Threshold(Compressor):
         words = idx | (grad[idx] < 0).to(torch.int64) << 31
         words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
         return Payload(gather=[words])
+
+    def encode_feedback(self, grad, residual, bucket):
+        return Payload(gather=[self.ops.threshold_encode(grad, residual, self.options.tau)])
+
+    def decode_sum(self, gathered, meta, bucket, numel):
+        ops = self.native(gathered[0][0])
+        return ops.threshold_decode([t[0] for t in gathered], numel, self.options.tau) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         words = tensors[0].to(torch.int64) & 0xFFFFFFFF

@@ -70,11 +70,16 @@ class HybridOptions(VarianceOptions):
         positive("tau", self.tau)
 
 
+# exponent e = round(log2(scale / |x|)) clamped to 0..7, as the count of bounds 2^(k+1/2) it reaches:
+# the same comparisons in torch and in the native kernel, so both give the same codes.
+_BOUNDS = torch.tensor([2.0 ** (k + 0.5) for k in range(7)], dtype=torch.float32)
+
+
 def encode4(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """4-bit codes (sign << 3 | exponent) and the scale they are relative to."""
     scale = values.abs().max() if values.numel() else values.new_zeros(())
     ratio = scale / values.abs().clamp_min(torch.finfo(torch.float32).tiny)
-    exponent = torch.log2(ratio).round().clamp(0, 7).to(torch.int64)
+    exponent = torch.bucketize(ratio, _BOUNDS.to(ratio.device), right=True)
     codes = (values < 0).to(torch.int64) << 3 | exponent
     return codes, scale.reshape(1).to(torch.float32)
 
@@ -113,10 +118,19 @@ class Variance(Compressor):
         return self.options.alpha * v < r * r
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        var = self._step_variance(grad, bucket)
         r, v = self.r.get(bucket.key), self.v.get(bucket.key)
         if r is None or r.numel() != grad.numel():
             r, v = torch.zeros_like(grad), torch.zeros_like(grad)
+        self.r[bucket.key], self.v[bucket.key] = r, v
+        if (ops := self.native(grad)) is not None:
+            if self.sample_stats is None:
+                raise RuntimeError("variance needs per-micro-batch statistics: the worker installs SampleStats")
+            o = self.options
+            idx, codes, scale = ops.variance_encode(grad, self.sample_stats.take(bucket.params), r, v, o.alpha, o.zeta,
+                                                    getattr(o, "tau", 0.0), o.microbatches, bucket.world,
+                                                    isinstance(o, HybridOptions))
+            return Payload(gather=[idx, codes, scale])
+        var = self._step_variance(grad, bucket)
         r.add_(grad)
         v.add_(var)
         idx = torch.nonzero(self._send(r, v) & (r != 0)).reshape(-1)
@@ -126,8 +140,11 @@ class Variance(Compressor):
         keep = torch.ones_like(v, dtype=torch.bool)
         keep[idx] = False
         v[keep] *= self.options.zeta
-        self.r[bucket.key], self.v[bucket.key] = r, v
         return Payload(gather=[idx.to(torch.int32), bitpack.pack(codes, 4), scale])
+
+    def decode_sum(self, gathered, meta, bucket, numel):
+        ops = self.native(gathered[0][0])
+        return ops.variance_decode(*([t[i] for t in gathered] for i in range(3)), numel) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         idx = tensors[0].long()

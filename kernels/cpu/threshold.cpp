@@ -1,0 +1,57 @@
+// Strom's threshold method: selection, compaction into sign|index words and the residual update
+// in one pass over the gradient and residual; decoding scatters +-tau per payload.
+#include <cmath>
+
+#include "pack.h"
+
+namespace gct::cpu {
+
+namespace {
+constexpr uint32_t kNone = 0xFFFFFFFFu;   // not selected: no index reaches 2^31 - 1 (numel < 2^31)
+
+// a = g + r; where |a| >= tau: word = sign << 31 | (first + j), r = a -+ tau; elsewhere kNone, r = a.
+void select_block(const float* __restrict__ g, float* __restrict__ r, int64_t count, float tau, uint32_t first,
+                  uint32_t* __restrict__ word) {
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) {
+        const float a = g[j] + r[j];
+        const bool sel = std::fabs(a) >= tau, neg = a < 0.0f;
+        const float sent = neg ? -tau : tau;
+        r[j] = a - (sel ? sent : 0.0f);
+        const uint32_t w = (first + static_cast<uint32_t>(j)) | (neg ? 0x80000000u : 0u);
+        word[j] = sel ? w : kNone;
+    }
+}
+}  // namespace
+
+void threshold_encode(const float* g, float* r, int64_t n, float tau, const Alloc<int32_t>& alloc) {
+    const int nt = threads_for(n);
+    std::vector<std::vector<int32_t>> parts(nt);
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        const int64_t lo = range_lo(n, t, nt), hi = range_lo(n, t + 1, nt);
+        alignas(64) uint32_t word[kBlock];
+        for (int64_t b = lo; b < hi; b += kBlock) {          // update a block, then collect its few words
+            const int64_t count = std::min(hi, b + kBlock) - b;
+            select_block(g + b, r + b, count, tau, static_cast<uint32_t>(b), word);
+            for (int64_t j = 0; j < count; ++j)
+                if (word[j] != kNone) parts[t].push_back(static_cast<int32_t>(word[j]));
+        }
+    }
+    concat(parts, alloc);
+}
+
+void threshold_decode(const int32_t* const* words, const int64_t* counts, int p, float* out, int64_t n, float tau) {
+    std::memset(out, 0, n * sizeof(float));
+    for (int q = 0; q < p; ++q) {
+        const int32_t* wq = words[q];
+#pragma omp parallel for num_threads(threads_for(counts[q])) schedule(static)
+        for (int64_t j = 0; j < counts[q]; ++j) {
+            const uint32_t word = static_cast<uint32_t>(wq[j]);
+            out[word & 0x7FFFFFFFu] += (word >> 31) ? -tau : tau;
+        }
+    }
+}
+
+}  // namespace gct::cpu

@@ -1,0 +1,77 @@
+// Variance-based compression: per element the variance estimate from micro-batch squares, the
+// accumulations r and v, the send criterion, and v's reset or decay, in one pass; then the 4-bit
+// codes of the (few) selected elements relative to the largest selected |r|.
+#include <cmath>
+
+#include "pack.h"
+
+namespace gct::cpu {
+
+namespace {
+// Exponent e in 0..7 with |x| ~ scale * 2^-e: the number of thresholds 2^(k+1/2) <= scale/|x|.
+inline uint32_t exponent_of(float ratio) {
+    static const float bounds[7] = {1.41421356f, 2.82842712f, 5.65685425f, 11.3137085f,
+                                    22.627417f, 45.254834f, 90.50966799f};
+    if (std::isnan(ratio)) return 7;
+    uint32_t e = 0;
+    for (float b : bounds) e += ratio >= b;
+    return e;
+}
+}  // namespace
+
+float variance_encode(const float* g, const float* squares, float* r, float* v, int64_t n, const VarianceParams& p,
+                      const Alloc<int32_t>& idx_alloc, const Alloc<int32_t>& codes_alloc) {
+    const float world = static_cast<float>(p.world), mm = static_cast<float>(p.m * p.m), m = static_cast<float>(p.m);
+    const float m1 = static_cast<float>(p.m - 1), w2 = static_cast<float>(p.world * p.world);
+    const int nt = threads_for(n);
+    std::vector<std::vector<int32_t>> parts(nt);
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        for (int64_t i = range_lo(n, t, nt), hi = range_lo(n, t + 1, nt); i < hi; ++i) {
+            const float raw = g[i] * world;
+            float var = squares[i] * mm - raw * m * raw;
+            var = var < 0.0f ? 0.0f : var;
+            var = var / m1 / m / w2;
+            const float ri = r[i] + g[i], vi = v[i] + var;
+            r[i] = ri;
+            bool send = vi * p.alpha < ri * ri && ri != 0.0f;
+            if (p.hybrid) send = send || std::fabs(ri) >= p.tau;
+            if (send) parts[t].push_back(static_cast<int32_t>(i));
+            v[i] = send ? 0.0f : vi * p.zeta;
+        }
+    }
+    int64_t count = 0;
+    int32_t* idx = nullptr;
+    concat<int32_t>(parts, [&](int64_t total) { count = total; return idx = idx_alloc(total); });
+    float scale = 0.0f;
+    for (int64_t j = 0; j < count; ++j) scale = std::fmax(scale, std::fabs(r[idx[j]]));
+    int32_t* words = codes_alloc(words_for(count, 4));
+    pack_blocks<4>(count, words, [r, idx, scale](int64_t lo, int64_t hi, uint32_t* __restrict__ c) {
+        for (int64_t j = lo; j < hi; ++j) {
+            const float x = r[idx[j]];
+            const uint32_t e = exponent_of(scale / std::fmax(std::fabs(x), 1.17549435e-38f));
+            const bool neg = x < 0.0f;
+            r[idx[j]] = x - ((neg ? -1.0f : 1.0f) * scale) * std::ldexp(1.0f, -static_cast<int>(e));
+            c[j - lo] = (neg ? 8u : 0u) | e;
+        }
+    });
+    return scale;
+}
+
+void variance_decode(const int32_t* const* idx, const int32_t* const* codes, const float* scales,
+                     const int64_t* counts, int p, float* out, int64_t n) {
+    std::memset(out, 0, n * sizeof(float));
+    for (int q = 0; q < p; ++q) {
+        const int32_t* iq = idx[q];
+        const int32_t* cq = codes[q];
+        const float scale = scales[q];
+#pragma omp parallel for num_threads(threads_for(counts[q])) schedule(static)
+        for (int64_t j = 0; j < counts[q]; ++j) {
+            const uint32_t c = code_at<4>(cq, j);
+            out[iq[j]] += ((c & 8u) ? -scale : scale) * std::ldexp(1.0f, -static_cast<int>(c & 7u));
+        }
+    }
+}
+
+}  // namespace gct::cpu
