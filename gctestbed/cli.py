@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 from rich.console import Console
@@ -74,6 +75,8 @@ _NETWORK_OPTIONS = [
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses (the run is marked as such).")
 @click.option("--compressor", default="none", show_default=True,
               help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
+@click.option("--kernels", "kernel_mode", type=click.Choice(["native", "torch"]), default="native", show_default=True,
+              help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference.")
 @click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
 @click.option("--steps", default="20", show_default=True, help="Training steps.")
 @click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
@@ -83,12 +86,13 @@ _NETWORK_OPTIONS = [
 @click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
+        kernel_mode, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
     """Train once on N shaped nodes and record every step."""
     spec = build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                       latency_impl=latency_impl, topology_file=topology_file, compressor=compressor, workload=workload,
                       steps=steps, batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb,
-                      timeout=timeout, results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss)
+                      timeout=timeout, results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss,
+                      kernels=kernel_mode)
     console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, workload {spec.workload}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -111,7 +115,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
 
 def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
                results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
-               calibrate=True, accept_miss=False) -> RunSpec:
+               calibrate=True, accept_miss=False, kernels="native") -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     wl_name, wl_raw = parse_choice(workload, "workload")
@@ -130,7 +134,7 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
                    compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
                    seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
-                   timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir)
+                   timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels)
     spec.validate()
     return spec
 
@@ -337,6 +341,52 @@ def bench_net(as_json, seconds, rates, latencies):
         click.echo(json.dumps(report, indent=2))
         return
     Console().print(bench_net_table(report))
+
+
+@bench.command(name="kernels")
+@click.option("--size", default=25_000_000, show_default=True, help="Elements of the synthetic gradient.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="Where to run.")
+@click.option("--payloads", default=4, show_default=True, help="Ranks' payloads each decoder sums.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def bench_kernels(size, device, payloads, as_json):
+    """Native kernels against the torch reference: time, speedup, GB/s and % of copy bandwidth."""
+    from .bench import kernels as bench_kernels_
+    if size < 1 or payloads < 1:
+        raise SpecError("--size and --payloads must be at least 1.")
+    with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task("bench kernels")
+        report = bench_kernels_.run(size, device, payloads, lambda text: bar.update(task, description=text))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    Console(width=max(Console().width, 120)).print(bench_kernels_table(report))
+
+
+def bench_kernels_table(report: dict) -> Table:
+    table = Table(title=f"kernels on {report['machine']} ({report['device']}, {report['threads']} threads), "
+                        f"{report['size']:,} elements; copy {report['copy_gbps']:.1f} GB/s")
+    for col in ("kernel", "native ms", "torch ms", "speedup", "GB/s", "% copy", "vs torch.topk"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for r in report["rows"]:
+        table.add_row(r["kernel"], f"{r['native_ms']:.2f}", f"{r['reference_ms']:.1f}", f"{r['speedup']:.1f}x",
+                      f"{r['gbps']:.1f}", f"{r['pct_copy']:.0f}", f"{r['vs_topk']:.1f}x" if "vs_topk" in r else "")
+    return table
+
+
+@main.group(name="kernels")
+def kernels_group():
+    """The native compressor kernels."""
+
+
+@kernels_group.command(name="build")
+@click.option("--verbose", is_flag=True, help="Show the compiler's commands and output.")
+def kernels_build(verbose):
+    """Build (or find the cached build of) the native kernels now, rather than on first use."""
+    from . import kernels
+    start = time.monotonic()
+    kernels.build(verbose=verbose)
+    where = "CPU and CUDA" if kernels.cuda_build_possible() else "CPU"
+    click.echo(f"native kernels ready for {where} in {time.monotonic() - start:.1f} s ({kernels.build_dir()})")
 
 
 @bench.command(name="convergence")

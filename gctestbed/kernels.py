@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .spec import UserError
+from .spec import KERNEL_MODES, UserError
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "kernels"
 
@@ -74,7 +74,7 @@ def executable(name: str, sources: list[str]) -> str:
         raise UserError(f"building {name} failed: {_first_error(str(e))}") from None
 
 
-MODES = ("native", "torch")
+MODES = KERNEL_MODES
 # -march=native: the build directory is named for this CPU's features, so a cached build never runs
 # on a CPU without them. No FMA contraction: results stay bit-exact with torch's reference; the
 # other two flags only drop floating-point exception flags and errno, so loops with floor vectorise.

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from . import results
 from .launch import state as ledger
+from . import kernels
 from .net import calibrate
 from .launch.netns import NetnsCluster, Node
 from .spec import RunSpec
@@ -65,6 +66,10 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     status, error = "failed", None
     try:
         with _signals_raise():
+            if spec.kernels == "native":
+                on_phase("building native kernels")
+                if kernels.load("native") is None:          # said why on stderr; the run uses the reference
+                    spec.kernels = "torch"
             on_phase("building the network")
             nodes = cluster.up()
             os.makedirs(run_dir, exist_ok=True)

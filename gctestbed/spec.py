@@ -315,6 +315,9 @@ class TopologySpec:
                    trunks=[Trunk(t["a"], t["b"], hop(t["hop"])) for t in data.get("trunks", [])])
 
 
+KERNEL_MODES = ("native", "torch")
+
+
 @dataclass
 class RunSpec:
     """Everything one run needs, resolved; workers receive it as JSON and nothing else."""
@@ -338,6 +341,7 @@ class RunSpec:
     latency_impl: str = "auto"               # auto | netem | delayline
     calibrate: bool = True
     accept_miss: bool = False
+    kernels: str = "native"                  # native (C++/CUDA, where built) | torch (pure-torch reference)
     run_id: str = ""
 
     def network(self) -> TopologySpec:
@@ -360,6 +364,8 @@ class RunSpec:
             raise SpecError(f"--backend must be gloo or nccl, got {self.backend!r}.")
         if self.device not in ("cpu", "cuda"):
             raise SpecError(f"--device must be cpu or cuda, got {self.device!r}.")
+        if self.kernels not in KERNEL_MODES:
+            raise SpecError(f"--kernels must be one of {', '.join(KERNEL_MODES)}, got {self.kernels!r}.")
         if self.latency_impl not in ("auto", "netem", "delayline"):
             raise SpecError(f"--latency-impl must be auto, netem or delayline, got {self.latency_impl!r}.")
         if self.topology is not None:

@@ -64,7 +64,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size)
     model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb)
-    compressor = compress.create(spec.compressor, spec.compressor_options)
+    compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     comm = hook.install(model, compressor)
     if compressor.microbatches > 1:
         compressor.sample_stats = SampleStats(model)

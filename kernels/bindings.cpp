@@ -63,7 +63,14 @@ std::vector<Tensor> word_lists(at::TensorList words, int64_t numel, int bits, st
     return kept;
 }
 
-Tensor dense_out(const Tensor& like, int64_t numel) { return at::empty({numel}, like.options().dtype(at::kFloat)); }
+// The decoded result: written into `out` when given (the caller's buffer: no allocation), else new.
+Tensor dense_out(const Tensor& like, int64_t numel, const std::optional<Tensor>& out) {
+    if (!out.has_value()) return at::empty({numel}, like.options().dtype(at::kFloat));
+    TORCH_CHECK(out->scalar_type() == at::kFloat && out->is_contiguous() && out->numel() == numel &&
+                    out->device() == like.device(),
+                "out must be a contiguous float32 tensor of ", numel, " elements on ", like.device().str());
+    return *out;
+}
 
 template <class T>
 gct::Alloc<T> alloc_into(Tensor& out, const at::TensorOptions& options) {
@@ -82,13 +89,13 @@ Tensor twobit_encode(const Tensor& grad, Tensor& residual, double tau) {
     return words;
 }
 
-Tensor twobit_decode(at::TensorList words, int64_t numel, double tau) {
+Tensor twobit_decode(at::TensorList words, int64_t numel, double tau, const std::optional<Tensor>& out) {
     std::vector<const int32_t*> ptrs;
     auto kept = word_lists(words, numel, 2, ptrs);
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, twobit_decode, ptrs.data(), static_cast<int>(ptrs.size()), out.data_ptr<float>(), numel,
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, twobit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
              static_cast<float>(tau));
-    return out;
+    return result;
 }
 
 Tensor onebit_encode(const Tensor& grad, Tensor& residual, double threshold, double scale) {
@@ -100,13 +107,13 @@ Tensor onebit_encode(const Tensor& grad, Tensor& residual, double threshold, dou
     return words;
 }
 
-Tensor onebit_decode(at::TensorList words, int64_t numel, double scale) {
+Tensor onebit_decode(at::TensorList words, int64_t numel, double scale, const std::optional<Tensor>& out) {
     std::vector<const int32_t*> ptrs;
     auto kept = word_lists(words, numel, 1, ptrs);
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, onebit_decode, ptrs.data(), static_cast<int>(ptrs.size()), out.data_ptr<float>(), numel,
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, onebit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
              static_cast<float>(scale));
-    return out;
+    return result;
 }
 
 Tensor sign_pack(const Tensor& x) {
@@ -118,18 +125,18 @@ Tensor sign_pack(const Tensor& x) {
 
 Tensor sign_unpack(const Tensor& words, int64_t numel, double scale) {
     Tensor w = ints(words, words_for(numel, 1), "packed words");
-    Tensor out = dense_out(w, numel);
+    Tensor out = dense_out(w, numel, std::nullopt);
     GCT_CALL(w, sign_unpack, w.data_ptr<int32_t>(), out.data_ptr<float>(), numel, static_cast<float>(scale));
     return out;
 }
 
-Tensor sign_vote(at::TensorList words, int64_t numel, double scale) {
+Tensor sign_vote(at::TensorList words, int64_t numel, double scale, const std::optional<Tensor>& out) {
     std::vector<const int32_t*> ptrs;
     auto kept = word_lists(words, numel, 1, ptrs);
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, sign_vote, ptrs.data(), static_cast<int>(ptrs.size()), out.data_ptr<float>(), numel,
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, sign_vote, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
              static_cast<float>(scale));
-    return out;
+    return result;
 }
 
 Tensor threshold_encode(const Tensor& grad, Tensor& residual, double tau) {
@@ -142,7 +149,7 @@ Tensor threshold_encode(const Tensor& grad, Tensor& residual, double tau) {
     return words;
 }
 
-Tensor threshold_decode(at::TensorList words, int64_t numel, double tau) {
+Tensor threshold_decode(at::TensorList words, int64_t numel, double tau, const std::optional<Tensor>& out) {
     TORCH_CHECK(!words.empty(), "at least one payload is needed");
     std::vector<Tensor> kept;
     std::vector<const int32_t*> ptrs;
@@ -153,10 +160,10 @@ Tensor threshold_decode(at::TensorList words, int64_t numel, double tau) {
         ptrs.push_back(kept.back().data_ptr<int32_t>());
         counts.push_back(w.numel());
     }
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, threshold_decode, ptrs.data(), counts.data(), static_cast<int>(ptrs.size()), out.data_ptr<float>(),
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, threshold_decode, ptrs.data(), counts.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(),
              numel, static_cast<float>(tau));
-    return out;
+    return result;
 }
 
 Tensor select_above(const Tensor& v, double threshold) {
@@ -209,7 +216,7 @@ void dgc_accumulate(Tensor& u, Tensor& v, const Tensor& grad, double momentum) {
              static_cast<float>(momentum));
 }
 
-Tensor scatter_add(at::TensorList indices, at::TensorList values, int64_t numel) {
+Tensor scatter_add(at::TensorList indices, at::TensorList values, int64_t numel, const std::optional<Tensor>& out) {
     TORCH_CHECK(!indices.empty() && indices.size() == values.size(), "one index and one value tensor per payload");
     const at::ScalarType vt = values[0].scalar_type();
     TORCH_CHECK(vt == at::kFloat || vt == at::kHalf || vt == at::kBFloat16, "values must be float32, float16 or bfloat16");
@@ -231,10 +238,10 @@ Tensor scatter_add(at::TensorList indices, at::TensorList values, int64_t numel)
     }
     const auto type = vt == at::kFloat ? gct::cpu::ValueType::f32
                       : vt == at::kHalf ? gct::cpu::ValueType::f16 : gct::cpu::ValueType::bf16;
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, scatter_add, idx.data(), vals.data(), type, counts.data(), static_cast<int>(idx.size()),
-             out.data_ptr<float>(), numel);
-    return out;
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, scatter_add, idx.data(), vals.data(), type, counts.data(), static_cast<int>(idx.size()),
+             result.data_ptr<float>(), numel);
+    return result;
 }
 
 std::tuple<Tensor, Tensor, Tensor> variance_encode(const Tensor& grad, const Tensor& squares, Tensor& r, Tensor& v,
@@ -245,6 +252,7 @@ std::tuple<Tensor, Tensor, Tensor> variance_encode(const Tensor& grad, const Ten
     check_memory(r, g, "accumulated gradient");
     check_memory(v, g, "accumulated variance");
     TORCH_CHECK(microbatches >= 2 && world >= 1, "microbatches must be at least 2 and world at least 1");
+    TORCH_CHECK(g.numel() < (int64_t(1) << 31), "variance indexes elements with int32: at most 2**31 - 1 elements");
     const gct::cpu::VarianceParams p{static_cast<float>(alpha), static_cast<float>(zeta), static_cast<float>(tau),
                                      static_cast<int>(microbatches), static_cast<int>(world), hybrid};
     Tensor idx, codes;
@@ -256,7 +264,7 @@ std::tuple<Tensor, Tensor, Tensor> variance_encode(const Tensor& grad, const Ten
 }
 
 Tensor variance_decode(at::TensorList indices, at::TensorList codes,
-                       at::TensorList scales, int64_t numel) {
+                       at::TensorList scales, int64_t numel, const std::optional<Tensor>& out) {
     TORCH_CHECK(!indices.empty() && indices.size() == codes.size() && codes.size() == scales.size(),
                 "one index, code and scale tensor per payload");
     std::vector<Tensor> kept;
@@ -272,10 +280,10 @@ Tensor variance_decode(at::TensorList indices, at::TensorList codes,
         TORCH_CHECK(scales[q].numel() == 1, "one scale per payload");
     }
     Tensor scale = at::cat(scales).to(at::kFloat).cpu();
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, variance_decode, idx.data(), cod.data(), scale.data_ptr<float>(), counts.data(),
-             static_cast<int>(idx.size()), out.data_ptr<float>(), numel);
-    return out;
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, variance_decode, idx.data(), cod.data(), scale.data_ptr<float>(), counts.data(),
+             static_cast<int>(idx.size()), result.data_ptr<float>(), numel);
+    return result;
 }
 
 void check_qsgd(int64_t levels, int64_t bucket_size, int64_t bits) {
@@ -297,7 +305,7 @@ std::tuple<Tensor, Tensor> qsgd_encode(const Tensor& x, int64_t levels, int64_t 
 }
 
 Tensor qsgd_decode(at::TensorList words, at::TensorList norms, int64_t numel, int64_t levels,
-                   int64_t bucket_size, int64_t bits) {
+                   int64_t bucket_size, int64_t bits, const std::optional<Tensor>& out) {
     check_qsgd(levels, bucket_size, bits);
     TORCH_CHECK(words.size() == norms.size(), "one norms tensor per payload");
     std::vector<const int32_t*> ptrs;
@@ -309,32 +317,32 @@ Tensor qsgd_decode(at::TensorList words, at::TensorList norms, int64_t numel, in
         TORCH_CHECK(kept_norms.back().numel() >= (numel + bucket_size - 1) / bucket_size, "too few norms");
         norm_ptrs.push_back(kept_norms.back().data_ptr<float>());
     }
-    Tensor out = dense_out(kept[0], numel);
-    GCT_CALL(out, qsgd_decode, ptrs.data(), norm_ptrs.data(), static_cast<int>(ptrs.size()), out.data_ptr<float>(),
+    Tensor result = dense_out(kept[0], numel, out);
+    GCT_CALL(result, qsgd_decode, ptrs.data(), norm_ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(),
              numel, bucket_size, static_cast<int>(levels), static_cast<int>(bits));
-    return out;
+    return result;
 }
 
 }  // namespace
 
 TORCH_LIBRARY(gctestbed, m) {
     m.def("twobit_encode(Tensor grad, Tensor(a!) residual, float tau) -> Tensor", &twobit_encode);
-    m.def("twobit_decode(Tensor[] words, int numel, float tau) -> Tensor", &twobit_decode);
+    m.def("twobit_decode(Tensor[] words, int numel, float tau, Tensor(o!)? out=None) -> Tensor", &twobit_decode);
     m.def("onebit_encode(Tensor grad, Tensor(a!) residual, float threshold, float scale) -> Tensor", &onebit_encode);
-    m.def("onebit_decode(Tensor[] words, int numel, float scale) -> Tensor", &onebit_decode);
+    m.def("onebit_decode(Tensor[] words, int numel, float scale, Tensor(o!)? out=None) -> Tensor", &onebit_decode);
     m.def("sign_pack(Tensor x) -> Tensor", &sign_pack);
     m.def("sign_unpack(Tensor words, int numel, float scale) -> Tensor", &sign_unpack);
-    m.def("sign_vote(Tensor[] words, int numel, float scale) -> Tensor", &sign_vote);
+    m.def("sign_vote(Tensor[] words, int numel, float scale, Tensor(o!)? out=None) -> Tensor", &sign_vote);
     m.def("threshold_encode(Tensor grad, Tensor(a!) residual, float tau) -> Tensor", &threshold_encode);
-    m.def("threshold_decode(Tensor[] words, int numel, float tau) -> Tensor", &threshold_decode);
+    m.def("threshold_decode(Tensor[] words, int numel, float tau, Tensor(o!)? out=None) -> Tensor", &threshold_decode);
     m.def("select_above(Tensor v, float threshold) -> Tensor", &select_above);
     m.def("dgc_select(Tensor v, Tensor sample, int k_sample, int k) -> Tensor", &dgc_select);
     m.def("dgc_accumulate(Tensor(a!) u, Tensor(b!) v, Tensor grad, float momentum) -> ()", &dgc_accumulate);
-    m.def("scatter_add(Tensor[] indices, Tensor[] values, int numel) -> Tensor", &scatter_add);
+    m.def("scatter_add(Tensor[] indices, Tensor[] values, int numel, Tensor(o!)? out=None) -> Tensor", &scatter_add);
     m.def("variance_encode(Tensor grad, Tensor squares, Tensor(a!) r, Tensor(b!) v, float alpha, float zeta, "
           "float tau, int microbatches, int world, bool hybrid) -> (Tensor, Tensor, Tensor)", &variance_encode);
-    m.def("variance_decode(Tensor[] indices, Tensor[] codes, Tensor[] scales, int numel) -> Tensor", &variance_decode);
+    m.def("variance_decode(Tensor[] indices, Tensor[] codes, Tensor[] scales, int numel, Tensor(o!)? out=None) -> Tensor", &variance_decode);
     m.def("qsgd_encode(Tensor x, int levels, int bucket_size, int bits, int key) -> (Tensor, Tensor)", &qsgd_encode);
-    m.def("qsgd_decode(Tensor[] words, Tensor[] norms, int numel, int levels, int bucket_size, int bits) -> Tensor",
+    m.def("qsgd_decode(Tensor[] words, Tensor[] norms, int numel, int levels, int bucket_size, int bits, Tensor(o!)? out=None) -> Tensor",
           &qsgd_decode);
 }

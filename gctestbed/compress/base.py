@@ -127,20 +127,25 @@ class Compressor:
         ``residual`` (in place) what the payload does not carry, reading each element once."""
         raise NotImplementedError
 
-    def decode_sum(self, gathered: list[list[torch.Tensor]], meta: dict, bucket: Bucket, numel: int) -> "torch.Tensor | None":
-        """With native kernels: the sum of the decoded payloads of every rank, in one pass; None
-        where the method has no such kernel (the reference loop then decodes one by one)."""
+    def decode_sum(self, gathered: list[list[torch.Tensor]], meta: dict, bucket: Bucket, numel: int,
+                   out: torch.Tensor | None = None) -> "torch.Tensor | None":
+        """With native kernels: the sum of the decoded payloads of every rank, in one pass, written
+        into ``out`` when given; None where the method has no such kernel (the reference loop then
+        decodes one by one)."""
         return None
 
     def decode_local(self, payload: Payload, bucket: Bucket, numel: int) -> torch.Tensor:
         """What this rank's own payload stands for, before any collective (error feedback)."""
         return self.decode(payload.reduce or payload.gather, payload.meta, bucket, numel)
 
-    def decompress(self, payload: Payload, bucket: Bucket, numel: int) -> "torch.Tensor | Payload":
-        """The aggregate after the collectives: decoded sum, or the next round's payload."""
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int,
+                   out: torch.Tensor | None = None) -> "torch.Tensor | Payload":
+        """The aggregate after the collectives: decoded sum, or the next round's payload. ``out``
+        (the bucket's own buffer) may receive the sum, sparing an allocation and a copy; the
+        caller must not assume it did."""
         if payload.gathered is None:
             return self.decode(payload.reduce, payload.meta, bucket, numel)
-        summed = self.decode_sum(payload.gathered, payload.meta, bucket, numel)
+        summed = self.decode_sum(payload.gathered, payload.meta, bucket, numel, out)
         if summed is not None:
             return summed
         out = self.decode(payload.gathered[0], payload.meta, bucket, numel).clone()

@@ -175,8 +175,8 @@ class DGC(Compressor):
             self._add_dense(out, payload.reduce[0], bucket)
         return out
 
-    def decompress(self, payload: Payload, bucket: Bucket, numel: int):
-        out = scatter_sum(self.native(payload.gather[1]), payload.gathered, numel)
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
+        out = scatter_sum(self.native(payload.gather[1]), payload.gathered, numel, out)
         if out is None:
             out = torch.zeros(numel, dtype=torch.float32, device=payload.gather[1].device)
             for tensors in payload.gathered:

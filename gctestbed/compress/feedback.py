@@ -42,11 +42,11 @@ class ErrorFeedback(Compressor):
     def decode(self, tensors, meta, bucket, numel):
         return self.inner.decode(tensors, meta, bucket, numel)
 
-    def decode_sum(self, gathered, meta, bucket, numel):
-        return self.inner.decode_sum(gathered, meta, bucket, numel)
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
+        return self.inner.decode_sum(gathered, meta, bucket, numel, out)
 
     def decode_local(self, payload, bucket, numel):
         return self.inner.decode_local(payload, bucket, numel)
 
-    def decompress(self, payload, bucket, numel):
-        return self.inner.decompress(payload, bucket, numel)
+    def decompress(self, payload, bucket, numel, out=None):
+        return self.inner.decompress(payload, bucket, numel, out)

@@ -103,7 +103,7 @@ class PowerSGD(Compressor):
         reduce.append(torch.cat(rest) if rest else grad.new_zeros(0))
         return Payload(reduce=reduce, meta={"round": "p", "m": m_all, "mats": mats, "chosen": chosen, "ps": ps})
 
-    def decompress(self, payload: Payload, bucket: Bucket, numel: int):
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
         meta = payload.meta
         if meta["round"] == "plain":
             return payload.reduce[0]

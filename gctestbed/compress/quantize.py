@@ -59,9 +59,9 @@ class TwoBit(Compressor):
     def encode_feedback(self, grad, residual, bucket):
         return Payload(gather=[self.ops.twobit_encode(grad, residual, self.options.threshold)])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])
-        return ops.twobit_decode([t[0] for t in gathered], numel, self.options.threshold) if ops else None
+        return ops.twobit_decode([t[0] for t in gathered], numel, self.options.threshold, out) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
@@ -99,9 +99,9 @@ class OneBit(Compressor):
     def encode_feedback(self, grad, residual, bucket):
         return Payload(gather=[self.ops.onebit_encode(grad, residual, self.options.threshold, self.options.scale)])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])
-        return ops.onebit_decode([t[0] for t in gathered], numel, self.options.scale) if ops else None
+        return ops.onebit_decode([t[0] for t in gathered], numel, self.options.scale, out) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
@@ -178,10 +178,12 @@ class QSGD(Compressor):
         codes = qsgd_levels(chunks, norms, s, noise).reshape(-1)[:n]
         return Payload(gather=[bitpack.pack(codes, _width(s)), norms])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
         s, d = self.options.levels, self.options.bucket_size
         ops = self.native(gathered[0][0])
-        return ops.qsgd_decode([t[0] for t in gathered], [t[1] for t in gathered], numel, s, d, _width(s)) if ops else None
+        if ops is None:
+            return None
+        return ops.qsgd_decode([t[0] for t in gathered], [t[1] for t in gathered], numel, s, d, _width(s), out)
 
     def decode(self, tensors, meta, bucket, numel):
         if (summed := self.decode_sum([tensors], meta, bucket, numel)) is not None:
@@ -218,7 +220,7 @@ class TernGrad(Compressor):
             grad = grad.clamp(-bound, bound)
         return Payload(gather=[grad.abs().max().reshape(1)], meta={"grad": grad, "round": "scale"})
 
-    def decompress(self, payload: Payload, bucket: Bucket, numel: int):
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
         if payload.meta["round"] == "scale":
             scale = max(float(t[0]) for t in payload.gathered)
             grad = payload.meta["grad"]
@@ -229,7 +231,7 @@ class TernGrad(Compressor):
             keep = noise < grad.abs() / scale
             codes = torch.where(keep, torch.where(grad < 0, 0b10, 0b01), 0).to(torch.int64)
             return Payload(gather=[bitpack.pack(codes, 2)], meta={"round": "ternary", "scale": scale})
-        return super().decompress(payload, bucket, numel)
+        return super().decompress(payload, bucket, numel, out)
 
     def decode(self, tensors, meta, bucket, numel):
         codes = bitpack.unpack(tensors[0], 2, numel)

@@ -41,9 +41,9 @@ class _MajorityVote(Compressor):
     def decode(self, tensors, meta, bucket, numel):
         return _pm1(tensors[0], numel)
 
-    def decompress(self, payload: Payload, bucket: Bucket, numel: int):
+    def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
         if (ops := self.native(payload.gathered[0][0])) is not None:
-            return ops.sign_vote([t[0] for t in payload.gathered], numel, self.options.scale)
+            return ops.sign_vote([t[0] for t in payload.gathered], numel, self.options.scale, out)
         votes = sum(self.decode(t, payload.meta, bucket, numel) for t in payload.gathered)
         return torch.sign(votes) * self.options.scale
 

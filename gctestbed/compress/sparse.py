@@ -24,9 +24,9 @@ def _k(numel: int, ratio: float) -> int:
     return max(1, min(numel, math.ceil(ratio * numel)))
 
 
-def scatter_sum(ops, gathered: list[list[torch.Tensor]], numel: int) -> "torch.Tensor | None":
+def scatter_sum(ops, gathered: list[list[torch.Tensor]], numel: int, out=None) -> "torch.Tensor | None":
     """With native kernels, the sum of every rank's (int32 index, value) payload as a dense tensor."""
-    return ops.scatter_add([t[0] for t in gathered], [t[1] for t in gathered], numel) if ops is not None else None
+    return ops.scatter_add([t[0] for t in gathered], [t[1] for t in gathered], numel, out) if ops is not None else None
 
 
 def _ratio(value: float) -> None:
@@ -55,8 +55,8 @@ class TopK(Compressor):
         idx = torch.topk(grad.abs(), _k(grad.numel(), self.options.ratio), sorted=False).indices
         return Payload(gather=[idx.to(torch.int32), grad[idx]])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
-        return scatter_sum(self.native(gathered[0][0]), gathered, numel)
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
+        return scatter_sum(self.native(gathered[0][0]), gathered, numel, out)
 
     def decode(self, tensors, meta, bucket, numel):
         out = torch.zeros(numel, dtype=torch.float32, device=tensors[1].device)
@@ -129,9 +129,9 @@ class Threshold(Compressor):
     def encode_feedback(self, grad, residual, bucket):
         return Payload(gather=[self.ops.threshold_encode(grad, residual, self.options.tau)])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])
-        return ops.threshold_decode([t[0] for t in gathered], numel, self.options.tau) if ops else None
+        return ops.threshold_decode([t[0] for t in gathered], numel, self.options.tau, out) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         words = tensors[0].to(torch.int64) & 0xFFFFFFFF

@@ -142,9 +142,9 @@ class Variance(Compressor):
         v[keep] *= self.options.zeta
         return Payload(gather=[idx.to(torch.int32), bitpack.pack(codes, 4), scale])
 
-    def decode_sum(self, gathered, meta, bucket, numel):
+    def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])
-        return ops.variance_decode(*([t[i] for t in gathered] for i in range(3)), numel) if ops else None
+        return ops.variance_decode(*([t[i] for t in gathered] for i in range(3)), numel, out) if ops else None
 
     def decode(self, tensors, meta, bucket, numel):
         idx = tensors[0].long()

@@ -24,14 +24,17 @@ void sign_vote(const int32_t* const* words, int p, float* out, int64_t n, float 
     const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-        alignas(64) uint32_t c[kBlock];
-        alignas(64) int32_t ones[kBlock];
+        alignas(64) int32_t ones[kBlock] = {0};
         const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock), count = hi - lo;
-        for (int64_t j = 0; j < count; ++j) ones[j] = 0;
+        const int64_t nw = (count + 31) / 32;
         for (int q = 0; q < p; ++q) {
-            unpack_block<1>(words[q], lo, hi, c);
+            const int32_t* in = words[q] + lo / 32;
+            for (int64_t w = 0; w < nw; ++w) {
+                const uint32_t word = static_cast<uint32_t>(in[w]);
+                int32_t* ow = ones + w * 32;
 #pragma omp simd
-            for (int64_t j = 0; j < count; ++j) ones[j] += static_cast<int32_t>(c[j]);
+                for (int j = 0; j < 32; ++j) ow[j] += static_cast<int32_t>((word >> (31 - j)) & 1u);
+            }
         }
         const float s = scale;
         float* __restrict__ dst = out + lo;

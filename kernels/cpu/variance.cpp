@@ -17,28 +17,48 @@ inline uint32_t exponent_of(float ratio) {
     for (float b : bounds) e += ratio >= b;
     return e;
 }
+
+
+constexpr uint32_t kNone = 0xFFFFFFFFu;   // not sent (indices are below 2^31)
+
+// Per element: the variance of the mean gradient from the micro-batch squares, r += g, v += var,
+// the send criterion, v reset (sent) or decayed; flag = the index where sent, else kNone.
+void criterion_block(const float* __restrict__ g, const float* __restrict__ squares, float* __restrict__ r,
+                     float* __restrict__ v, int64_t count, const VarianceParams& p, uint32_t first,
+                     uint32_t* __restrict__ flag) {
+    const float world = static_cast<float>(p.world), mm = static_cast<float>(p.m * p.m), m = static_cast<float>(p.m);
+    const float m1 = static_cast<float>(p.m - 1), w2 = static_cast<float>(p.world * p.world);
+    const float alpha = p.alpha, zeta = p.zeta, tau = p.tau;
+    const bool hybrid = p.hybrid;
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) {
+        const float raw = g[j] * world;
+        float var = squares[j] * mm - raw * m * raw;
+        var = var < 0.0f ? 0.0f : var;
+        var = var / m1 / m / w2;
+        const float ri = r[j] + g[j], vi = v[j] + var;
+        r[j] = ri;
+        const bool send = (vi * alpha < ri * ri && ri != 0.0f) || (hybrid && std::fabs(ri) >= tau);
+        v[j] = send ? 0.0f : vi * zeta;
+        flag[j] = send ? first + static_cast<uint32_t>(j) : kNone;
+    }
+}
 }  // namespace
 
 float variance_encode(const float* g, const float* squares, float* r, float* v, int64_t n, const VarianceParams& p,
                       const Alloc<int32_t>& idx_alloc, const Alloc<int32_t>& codes_alloc) {
-    const float world = static_cast<float>(p.world), mm = static_cast<float>(p.m * p.m), m = static_cast<float>(p.m);
-    const float m1 = static_cast<float>(p.m - 1), w2 = static_cast<float>(p.world * p.world);
     const int nt = threads_for(n);
     std::vector<std::vector<int32_t>> parts(nt);
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num();
-        for (int64_t i = range_lo(n, t, nt), hi = range_lo(n, t + 1, nt); i < hi; ++i) {
-            const float raw = g[i] * world;
-            float var = squares[i] * mm - raw * m * raw;
-            var = var < 0.0f ? 0.0f : var;
-            var = var / m1 / m / w2;
-            const float ri = r[i] + g[i], vi = v[i] + var;
-            r[i] = ri;
-            bool send = vi * p.alpha < ri * ri && ri != 0.0f;
-            if (p.hybrid) send = send || std::fabs(ri) >= p.tau;
-            if (send) parts[t].push_back(static_cast<int32_t>(i));
-            v[i] = send ? 0.0f : vi * p.zeta;
+        const int64_t lo = range_lo(n, t, nt), hi = range_lo(n, t + 1, nt);
+        alignas(64) uint32_t flag[kBlock];
+        for (int64_t b = lo; b < hi; b += kBlock) {          // update a block, then collect what it sends
+            const int64_t count = std::min(hi, b + kBlock) - b;
+            criterion_block(g + b, squares + b, r + b, v + b, count, p, static_cast<uint32_t>(b), flag);
+            for (int64_t j = 0; j < count; ++j)
+                if (flag[j] != kNone) parts[t].push_back(static_cast<int32_t>(flag[j]));
         }
     }
     int64_t count = 0;
