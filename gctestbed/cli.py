@@ -460,7 +460,8 @@ def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
 def _print_summary(s: dict) -> None:
     table = Table(title=f"run {s['run_id']}  [{s['status']}]", show_header=False)
     rows = [
-        ("compressor", s["compressor"]), ("workload", s["workload"]), ("nodes", str(s["nodes"])),
+        ("compressor", f"{s['compressor']} ({s['kernels']} kernels)"), ("workload", s["workload"]),
+        ("nodes", str(s["nodes"])),
         ("link", f"topology {s['topology']} (see its calibration)" if s.get("topology")
          else f"{format_rate(s['bw_bps'])}, latency {format_duration(s['latency_s'])}"),
         ("steps recorded", f"{s['steps_recorded']} / {s['steps']}"),

@@ -238,6 +238,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "error": run["error"],
         "compressor": spec.compressor,
         "compressor_options": spec.compressor_options,
+        "kernels": spec.kernels,
         "workload": spec.workload,
         "nodes": n,
         "topology": spec.topology.name if spec.topology else None,

@@ -383,6 +383,7 @@ class RunSpec:
         try:
             data = json.loads(text)
             data["link"] = LinkSpec(**data["link"])
+            data.setdefault("kernels", "torch")          # stored before native kernels existed
             if data.get("topology") is not None:
                 data["topology"] = TopologySpec.from_dict(data["topology"])
             spec = cls(**data)

@@ -10,8 +10,8 @@
 #include "ops.h"
 
 #ifdef GCTESTBED_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#define GCT_STREAM , static_cast<void*>(at::cuda::getCurrentCUDAStream().stream())
+#include <c10/cuda/CUDAStream.h>
+#define GCT_STREAM , static_cast<void*>(c10::cuda::getCurrentCUDAStream().stream())
 #define GCT_CALL(x, fn, ...) (on_cuda(x) ? gct::cuda::fn(__VA_ARGS__ GCT_STREAM) : gct::cpu::fn(__VA_ARGS__))
 constexpr bool kWithCuda = true;
 #else

@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
 
-def _can_make_namespaces() -> str | None:
-    if os.geteuid() != 0:
+def _missing(marker: str) -> str | None:
+    """Why tests with ``marker`` cannot run here, or None."""
+    if marker == "root" and os.geteuid() != 0:
         return "needs root to create network namespaces and qdiscs"
+    if marker == "compiler" and shutil.which(os.environ.get("CXX", "c++")) is None:
+        return "needs a C++ compiler (apt-get install g++) to build the native kernels"
+    if marker == "nvcc" and shutil.which("nvcc") is None:
+        return "needs nvcc (the CUDA toolkit) to compile the CUDA kernels"
+    if marker == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU"
     return None
 
 
+# Markers CI must satisfy: GCTESTBED_REQUIRE_PRIVILEGED turns their skips into an error. A GPU is
+# not among them: CI has none, and the CUDA tests run where one is lent.
+REQUIRED_IN_CI = ("root", "compiler", "nvcc")
+
+
 def pytest_collection_modifyitems(config, items):
-    reason = _can_make_namespaces()
-    if reason is None:
-        return
-    if os.environ.get("GCTESTBED_REQUIRE_PRIVILEGED"):
-        raise pytest.UsageError(f"GCTESTBED_REQUIRE_PRIVILEGED is set but the root tests cannot run: {reason}")
-    for item in items:
-        if "root" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    for marker in ("root", "compiler", "nvcc", "cuda"):
+        reason = _missing(marker)
+        if reason is None or not any(marker in item.keywords for item in items):
+            continue
+        if marker in REQUIRED_IN_CI and os.environ.get("GCTESTBED_REQUIRE_PRIVILEGED"):
+            raise pytest.UsageError(f"GCTESTBED_REQUIRE_PRIVILEGED is set but the {marker} tests cannot run: {reason}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

@@ -51,3 +51,26 @@ def test_empty_payloads_do_not_hang(tmp_path, state_dir):
     s = show(tmp_path)
     assert s["status"] == "ok" and s["params_identical"] is True and s["steps_recorded"] == 3
     assert s["payload_bytes_per_step"] == 0
+
+
+def _losses(results_dir) -> list[tuple[int, int, float]]:
+    import sqlite3
+    from gctestbed import results
+    with sqlite3.connect(results.db_path(str(results_dir))) as conn:
+        return conn.execute("SELECT rank, step, loss FROM steps ORDER BY rank, step").fetchall()
+
+
+@pytest.mark.compiler
+@pytest.mark.parametrize("method", ["twobit", "threshold", "dgc", "signsgd"])
+def test_native_and_torch_kernels_train_identically(tmp_path, state_dir, method):
+    """The native kernels are bit-exact with the reference: a real run's every loss is the same."""
+    losses = {}
+    for mode in ("torch", "native"):
+        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--no-calibrate", "--workload", MODEL,
+                         "--bucket-cap-mb", "1", "--steps", "4", "--compressor", OPTIONS.get(method, method),
+                         "--kernels", mode, "--results", str(tmp_path / mode))
+        assert proc.returncode == 0, proc.stderr
+        assert show(tmp_path / mode)["kernels"] == mode
+        losses[mode] = _losses(tmp_path / mode)
+    assert len(losses["native"]) == 8
+    assert losses["native"] == losses["torch"]

@@ -1,0 +1,335 @@
+"""Native kernels against the pure-torch reference, bit for bit where the format is exact.
+
+Each method runs as training runs it: three ranks' compressors, several steps (memories carry
+over), every payload compared, then the decompressed sum of the three payloads, with and without
+the bucket buffer as output. Edge cases: sizes that are not multiples of the packing width, sizes
+that take the multi-threaded path, empty tensors, non-contiguous input, NaN and Inf, half and
+bfloat16 gradients. QSGD's norms are sums whose order differs between the two, so they are
+compared to float rounding and the codes are compared given the same norms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gctestbed import compress, kernels
+from gctestbed.compress import bitpack
+from gctestbed.compress.base import Bucket, Payload
+from gctestbed.compress.quantize import _width, qsgd_levels, uniform24
+
+pytestmark = pytest.mark.compiler
+
+RANKS = 3
+SIZES = [1, 15, 16, 17, 33, 1000, 70_001]      # 70,001: above the kernels' multi-thread cut-off
+METHODS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "signum", "efsignsgd", "threshold:tau=0.001",
+           "topk:ratio=0.05", "dgc:warmup_epochs=1,steps_per_epoch=2,min_numel=8", "dgc:fp16_values=true,min_numel=8,warmup_epochs=0",
+           "variance", "hybrid"]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return kernels.build()
+
+
+class Stats:
+    """Per-micro-batch squares for variance, as SampleStats would gather them."""
+
+    def __init__(self, grad: torch.Tensor, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        self.squares = (grad * RANKS) ** 2 / 4 + torch.rand(grad.numel(), generator=gen) * 1e-6
+
+    def take(self, params):
+        return self.squares
+
+
+def identical(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def memories(c) -> dict[str, torch.Tensor]:
+    inner = getattr(c, "inner", c)
+    out = {}
+    for name in ("residuals", "r", "v", "velocity", "accumulated", "momentum"):
+        for key, t in (getattr(c, name, None) or getattr(inner, name, None) or {}).items():
+            out[f"{name}[{key}]"] = t
+    return out
+
+
+def gradients(n: int, step: int, special: bool = False) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * n + step)
+    grads = [torch.randn(n, generator=gen) * 1e-3 for _ in range(RANKS)]
+    for g in grads:                                      # exactly on the thresholds: >= against >
+        if n >= 16:
+            g[7], g[9], g[11] = 1e-3, -1e-3, 0.0
+    if special and n >= 8:
+        for g in grads:
+            g[1], g[3], g[5], g[n - 1] = float("nan"), float("inf"), float("-inf"), float("nan")
+    return grads
+
+
+def run_both(method: str, n: int, steps: int = 3, special: bool = False, shapes=None, transform=lambda g: g):
+    """Every payload, memory and decompressed sum of ``steps`` steps, reference against native."""
+    name, options = compress.resolve(method)
+    sides = {mode: [compress.create(name, options, kernels=mode) for _ in range(RANKS)] for mode in ("torch", "native")}
+    shapes = shapes or [torch.Size([n])]
+    for step in range(steps):
+        grads = gradients(n, step, special)
+        payloads = {}
+        for mode, comps in sides.items():
+            payloads[mode] = []
+            for rank, (c, g) in enumerate(zip(comps, grads)):
+                if c.microbatches > 1:
+                    c.sample_stats = Stats(g, step * 10 + rank)
+                bucket = Bucket(key=0, shapes=shapes, step=step, rank=rank, world=RANKS)
+                payloads[mode].append(c.encode(transform(g.clone()) if mode == "native" else g.clone(), bucket))
+        for rank in range(RANKS):
+            ref, nat = payloads["torch"][rank], payloads["native"][rank]
+            for i, (a, b) in enumerate(zip(ref.reduce + ref.gather, nat.reduce + nat.gather)):
+                identical(b, a, f"{method} n={n} step {step} rank {rank} payload tensor {i}")
+            ref_mem, nat_mem = memories(sides["torch"][rank]), memories(sides["native"][rank])
+            assert ref_mem.keys() == nat_mem.keys()
+            for key in ref_mem:
+                identical(nat_mem[key], ref_mem[key], f"{method} n={n} step {step} rank {rank} {key}")
+        bucket = Bucket(key=0, shapes=shapes, step=step, rank=0, world=RANKS)
+        outs = {}
+        for mode, comps in sides.items():
+            mine = payloads[mode][0]
+            gathered = [p.gather for p in payloads[mode]]
+            full = Payload(reduce=[sum(p.reduce[i] for p in payloads[mode]) for i in range(len(mine.reduce))],
+                           gather=mine.gather, meta=mine.meta, gathered=gathered)
+            outs[mode] = comps[0].decompress(full, bucket, n)
+            if mode == "native":
+                buffer = torch.full((n,), 7.0)
+                into = comps[0].decompress(full, bucket, n, out=buffer)
+                identical(into, outs[mode], f"{method} n={n} step {step}: decompress into a buffer")
+        identical(outs["native"], outs["torch"], f"{method} n={n} step {step}: decompressed sum")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("n", SIZES)
+def test_native_matches_reference(ops, method, n):
+    run_both(method, n)
+
+
+@pytest.mark.parametrize("method", ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001",
+                                    "dgc:warmup_epochs=0,min_numel=8", "efsignsgd"])
+def test_nan_and_inf_behave_as_the_reference(ops, method):
+    """Documented behaviour, the same in both: NaN is never sent and stays in the residual; Inf is
+    sent as the largest code and stays Inf in the residual; a NaN sign packs as -1."""
+    run_both(method, 1000, special=True)
+
+
+def test_multi_tensor_dgc_bucket(ops):
+    """DGC per tensor: a sparsified matrix, a dense vector, another matrix."""
+    run_both("dgc:warmup_epochs=1,steps_per_epoch=2,min_numel=64", 64 * 30 + 30 + 20 * 40,
+             shapes=[torch.Size([64, 30]), torch.Size([30]), torch.Size([20, 40])], steps=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method", ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001"])
+def test_half_gradients_are_read_as_float(ops, method, dtype):
+    """The native kernels accept fp16/bf16 gradients and read them as float32; the reference is
+    given the same values already converted."""
+    name, options = compress.resolve(method)
+    for n in (17, 70_001):
+        g = gradients(n, 0)[0].to(dtype)
+        ref, nat = compress.create(name, options, "torch"), compress.create(name, options, "native")
+        bucket = Bucket(key=0, shapes=[torch.Size([n])])
+        for a, b in zip(ref.encode(g.float(), bucket).gather, nat.encode(g, bucket).gather):
+            identical(b, a, f"{method} {dtype}")
+
+
+def test_non_contiguous_gradient(ops):
+    run_both("twobit:threshold=0.001", 5000, transform=lambda g: torch.stack([g, g]).t()[:, 0])
+    run_both("threshold:tau=0.001", 5000, transform=lambda g: torch.stack([g, g]).t()[:, 1])
+    run_both("signsgd", 5000, transform=lambda g: torch.stack([g, g]).t()[:, 0])
+
+
+def test_empty_tensors(ops):
+    e, r = torch.zeros(0), torch.zeros(0)
+    assert ops.twobit_encode(e, r, 0.1).numel() == 0
+    assert ops.onebit_encode(e, r, 0.0, 0.1).numel() == 0
+    assert ops.sign_pack(e).numel() == 0
+    assert ops.threshold_encode(e, r, 0.1).numel() == 0
+    assert ops.select_above(e, 0.1).numel() == 0
+    none = torch.zeros(0, dtype=torch.int32)
+    for decoded in (ops.twobit_decode([none, none], 0, 0.1), ops.onebit_decode([none], 0, 0.1),
+                    ops.sign_vote([none], 0, 0.1), ops.threshold_decode([none], 0, 0.1),
+                    ops.scatter_add([none], [torch.zeros(0)], 0), ops.sign_unpack(none, 0, 1.0)):
+        assert decoded.numel() == 0 and decoded.dtype == torch.float32
+    words, norms = ops.qsgd_encode(e, 7, 512, 4, 1)
+    assert words.numel() == 0 and norms.numel() == 0
+    idx, codes, scale = ops.variance_encode(e, e, r, torch.zeros(0), 1.0, 0.999, 0.0, 4, 2, False)
+    assert idx.numel() == codes.numel() == 0 and float(scale) == 0.0
+    assert ops.threshold_decode([torch.zeros(0, dtype=torch.int32)], 5, 0.1).tolist() == [0.0] * 5
+
+
+@pytest.mark.parametrize("levels,n", [(7, 1000), (1, 33), (3, 70_001), (127, 4099)])
+def test_qsgd_codes_given_the_same_norms(ops, levels, n):
+    """Norms agree to float rounding; given the native norms, the reference draws the same
+    numbers from the counter hash and makes the same codes; decoding is exact."""
+    d, key = 512, 0xDEADBEEF
+    g = gradients(n, 0)[0]
+    words, norms = ops.qsgd_encode(g, levels, d, _width(levels), key)
+    chunks = torch.zeros((n + d - 1) // d * d)
+    chunks[:n] = g
+    chunks = chunks.view(-1, d)
+    torch.testing.assert_close(norms, chunks.norm(dim=1), rtol=2e-6, atol=0)
+    codes = qsgd_levels(chunks, norms, levels, uniform24(key, chunks.numel())).reshape(-1)[:n]
+    identical(words, bitpack.pack(codes, _width(levels)), "qsgd codes")
+    name, options = compress.resolve(f"qsgd:levels={levels}")
+    ref, nat = compress.create(name, options, "torch"), compress.create(name, options, "native")
+    bucket = Bucket(key=0, shapes=[torch.Size([n])])
+    other = ops.qsgd_encode(g * 2, levels, d, _width(levels), key + 1)
+    full = Payload(gather=[words, norms], gathered=[[words, norms], list(other)])
+    identical(nat.decompress(full, bucket, n), ref.decompress(full, bucket, n), "qsgd decoded sum")
+
+
+def test_qsgd_noise_is_uniform_and_matches_the_hash():
+    u = uniform24(12345, 200_000)
+    assert 0 <= float(u.min()) and float(u.max()) < 1
+    assert abs(float(u.mean()) - 0.5) < 0.005 and abs(float(u.var()) - 1 / 12) < 0.002
+    assert not torch.equal(uniform24(1, 1000), uniform24(2, 1000))
+
+
+def test_qsgd_nonfinite_chunk_decodes_to_nan(ops):
+    """A chunk holding NaN or Inf is not silently made finite: it decodes to NaN, in both paths."""
+    g = gradients(1024, 0)[0]
+    g[700] = float("inf")
+    for mode in ("torch", "native"):
+        c = compress.create("qsgd", compress.resolve("qsgd")[1], mode)
+        bucket = Bucket(key=0, shapes=[torch.Size([1024])])
+        p = c.encode(g, bucket)
+        out = c.decompress(Payload(gather=p.gather, gathered=[p.gather]), bucket, 1024)
+        assert torch.isnan(out[512:]).all() and torch.isfinite(out[:512]).all(), mode
+
+
+def test_dgc_selection_without_sorting_matches_reference(ops):
+    from gctestbed.compress.dgc import sampled_threshold_select
+    smooth = gradients(200_000, 0)[0]
+    levels = torch.randint(-6, 7, (200_000,), generator=torch.Generator().manual_seed(5)).float() * 1e-3
+    trimmed = 0
+    for g in (smooth, levels):                          # levels: thousands of ties at every threshold
+        for density in (0.001, 0.01, 0.05, 0.25):
+            a = sampled_threshold_select(g, density, 0.01, torch.Generator().manual_seed(3))
+            b = sampled_threshold_select(g, density, 0.01, torch.Generator().manual_seed(3), ops)
+            identical(b, a, f"dgc selection at {density}")
+            assert torch.all(b[1:] > b[:-1]), "indices are ascending"
+            k = max(1, int(density * g.numel() + 0.999))
+            trimmed += b.numel() == k and int((g.abs() >= g.abs()[b].min()).sum()) > 1.3 * k
+    assert trimmed, "some case went through the exact trim with ties"
+
+
+def test_bad_input_is_refused_with_a_message(ops):
+    g = torch.randn(100)
+    with pytest.raises(RuntimeError, match="residual must be a contiguous float32"):
+        ops.twobit_encode(g, torch.zeros(100, dtype=torch.float64), 0.1)
+    with pytest.raises(RuntimeError, match="residual must be"):
+        ops.threshold_encode(g, torch.zeros(99), 0.1)
+    with pytest.raises(RuntimeError, match="fall outside"):
+        ops.scatter_add([torch.tensor([5, 100], dtype=torch.int32)], [torch.ones(2)], 100)
+    with pytest.raises(RuntimeError, match="fall outside"):
+        ops.threshold_decode([torch.tensor([3, 200], dtype=torch.int32)], 100, 0.1)
+    with pytest.raises(RuntimeError, match="fewer than the"):
+        ops.twobit_decode([torch.zeros(3, dtype=torch.int32)], 100, 0.1)
+    with pytest.raises(RuntimeError, match="out must be"):
+        ops.onebit_decode([torch.zeros(4, dtype=torch.int32)], 100, 0.1, torch.zeros(50))
+    with pytest.raises(RuntimeError, match="levels do not fit"):
+        ops.qsgd_encode(g, 7, 512, 2, 0)
+
+
+def test_no_compiler_falls_back_with_one_warning(tmp_path):
+    code = ("from gctestbed import compress\n"
+            "a = compress.create('twobit', {'threshold': 0.001}, kernels='native')\n"
+            "b = compress.create('signsgd', {'scale': 0.001}, kernels='native')\n"
+            "import torch\n"
+            "from gctestbed.compress.base import Bucket\n"
+            "a.encode(torch.randn(100), Bucket(key=0, shapes=[torch.Size([100])]))\n"
+            "print(a.ops is None and b.ops is None)\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "GCTESTBED_BUILD_DIR": str(tmp_path / "build")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+    warnings = [line for line in done.stderr.splitlines() if "native kernels unavailable" in line]
+    assert len(warnings) == 1, done.stderr
+    assert "install g++" in warnings[0]
+
+
+def test_kernels_build_and_bench_commands(ops):
+    built = subprocess.run([sys.executable, "-m", "gctestbed", "kernels", "build"], capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0 and "native kernels ready" in built.stdout, built.stderr
+    bench = subprocess.run([sys.executable, "-m", "gctestbed", "bench", "kernels", "--size", "40000", "--json"],
+                           capture_output=True, text=True, timeout=600)
+    assert bench.returncode == 0, bench.stderr
+    report = json.loads(bench.stdout)
+    assert report["copy_gbps"] > 0 and report["size"] == 40000
+    names = [r["kernel"] for r in report["rows"]]
+    for expected in ("twobit encode+residual", "sign pack", "threshold select+residual", "variance criterion+4-bit",
+                     "qsgd quantise+pack", "dgc sampled select 0.1%"):
+        assert expected in names
+    for row in report["rows"]:
+        assert row["native_ms"] > 0 and row["reference_ms"] > 0 and row["pct_copy"] > 0
+    assert "vs_topk" in report["rows"][-1]
+    if not torch.cuda.is_available():
+        refused = subprocess.run([sys.executable, "-m", "gctestbed", "bench", "kernels", "--device", "cuda"],
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "needs a GPU" in refused.stderr and "Traceback" not in refused.stderr
+
+
+CUDA_SOURCES = sorted((kernels.SOURCE_DIR / "cuda").glob("*.cu"))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("source", CUDA_SOURCES, ids=lambda p: p.name)
+def test_cuda_source_compiles(source, tmp_path):
+    """Every .cu file builds with nvcc (no GPU needed), so CUDA code that does not build never lands."""
+    done = subprocess.run(["nvcc", "-std=c++17", "-O3", "--fmad=false", "-arch=sm_90", "-c", str(source),
+                           "-o", str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.nvcc
+def test_binding_compiles_with_its_cuda_path(tmp_path):
+    """bindings.cpp with GCTESTBED_WITH_CUDA, against torch's headers and CUDA's. The CPU wheel of
+    torch lacks one generated header of c10/cuda (build macros); a one-line stand-in supplies it."""
+    from torch.utils import cpp_extension
+    stub = tmp_path / "c10" / "cuda" / "impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    cuda_home = cpp_extension.CUDA_HOME or "/usr/local/cuda"
+    args = [os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-DGCTESTBED_WITH_CUDA", f"-I{tmp_path}"]
+    args += [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{Path(cuda_home) / 'include'}"]
+    done = subprocess.run(args + [str(kernels.SOURCE_DIR / "bindings.cpp")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.cuda
+def test_cuda_kernels_match_cpu(ops):
+    """On a GPU: every method's native CUDA path against the reference on the CPU."""
+    if not (torch.cuda.is_available() and kernels.cuda_build_possible()):
+        pytest.skip("needs a GPU and nvcc")
+    for method in METHODS:
+        name, options = compress.resolve(method)
+        for n in (17, 70_001):
+            cpu_c = compress.create(name, options, "torch")
+            gpu_c = compress.create(name, options, "native")
+            g = gradients(n, 0)[0]
+            if cpu_c.microbatches > 1:
+                cpu_c.sample_stats = Stats(g, 0)
+                gpu_c.sample_stats = type("S", (), {"take": lambda self, p, s=Stats(g, 0): s.squares.cuda()})()
+            bucket = Bucket(key=0, shapes=[torch.Size([n])], world=RANKS)
+            a, b = cpu_c.encode(g, bucket), gpu_c.encode(g.cuda(), bucket)
+            for i, (x, y) in enumerate(zip(a.reduce + a.gather, b.reduce + b.gather)):
+                identical(y.cpu(), x, f"{method} n={n} CUDA payload {i}")
+            out_a = cpu_c.decompress(Payload(reduce=a.reduce, gather=a.gather, meta=a.meta, gathered=[a.gather] * 2), bucket, n)
+            out_b = gpu_c.decompress(Payload(reduce=b.reduce, gather=b.gather, meta=b.meta, gathered=[b.gather] * 2), bucket, n)
+            identical(out_b.cpu(), out_a, f"{method} n={n} CUDA decompressed")
