@@ -7,19 +7,15 @@
 namespace gct::cpu {
 
 namespace {
-constexpr uint32_t kNone = 0xFFFFFFFFu;   // not selected: no index reaches 2^31 - 1 (numel < 2^31)
-
-// a = g + r; where |a| >= tau: word = sign << 31 | (first + j), r = a -+ tau; elsewhere kNone, r = a.
-void select_block(const float* __restrict__ g, float* __restrict__ r, int64_t count, float tau, uint32_t first,
-                  uint32_t* __restrict__ word) {
+// a = g + r; where |a| >= tau: flag 1 (a >= 0) or 2 (a < 0) and r = a -+ tau; elsewhere flag 0, r = a.
+void select_block(const float* __restrict__ g, float* __restrict__ r, int64_t count, float tau,
+                  uint8_t* __restrict__ flag) {
 #pragma omp simd
     for (int64_t j = 0; j < count; ++j) {
         const float a = g[j] + r[j];
         const bool sel = std::fabs(a) >= tau, neg = a < 0.0f;
-        const float sent = neg ? -tau : tau;
-        r[j] = a - (sel ? sent : 0.0f);
-        const uint32_t w = (first + static_cast<uint32_t>(j)) | (neg ? 0x80000000u : 0u);
-        word[j] = sel ? w : kNone;
+        r[j] = a - (sel ? (neg ? -tau : tau) : 0.0f);
+        flag[j] = sel ? (neg ? 2 : 1) : 0;
     }
 }
 }  // namespace
@@ -31,12 +27,19 @@ void threshold_encode(const float* g, float* r, int64_t n, float tau, const Allo
     {
         const int t = omp_get_thread_num();
         const int64_t lo = range_lo(n, t, nt), hi = range_lo(n, t + 1, nt);
-        alignas(64) uint32_t word[kBlock];
+        alignas(64) uint8_t flag[kBlock + 8] = {0};
         for (int64_t b = lo; b < hi; b += kBlock) {          // update a block, then collect its few words
             const int64_t count = std::min(hi, b + kBlock) - b;
-            select_block(g + b, r + b, count, tau, static_cast<uint32_t>(b), word);
-            for (int64_t j = 0; j < count; ++j)
-                if (word[j] != kNone) parts[t].push_back(static_cast<int32_t>(word[j]));
+            select_block(g + b, r + b, count, tau, flag);
+            for (int64_t j = 0; j < count; j += 8) {          // eight flags at a time: most are all zero
+                uint64_t eight;
+                std::memcpy(&eight, flag + j, 8);
+                if (!eight) continue;
+                for (int64_t k = j; k < std::min(count, j + 8); ++k)
+                    if (flag[k])
+                        parts[t].push_back(static_cast<int32_t>(static_cast<uint32_t>(b + k) |
+                                                                (flag[k] == 2 ? 0x80000000u : 0u)));
+            }
         }
     }
     concat(parts, alloc);
