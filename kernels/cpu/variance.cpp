@@ -8,6 +8,8 @@
 namespace gct::cpu {
 
 namespace {
+constexpr float kPow2[8] = {1.0f, 0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.015625f, 0.0078125f};   // 2^-e, exact
+
 // Exponent e in 0..7 with |x| ~ scale * 2^-e: the number of thresholds 2^(k+1/2) <= scale/|x|.
 inline uint32_t exponent_of(float ratio) {
     static const float bounds[7] = {1.41421356f, 2.82842712f, 5.65685425f, 11.3137085f,
@@ -72,7 +74,7 @@ float variance_encode(const float* g, const float* squares, float* r, float* v, 
             const float x = r[idx[j]];
             const uint32_t e = exponent_of(scale / std::fmax(std::fabs(x), 1.17549435e-38f));
             const bool neg = x < 0.0f;
-            r[idx[j]] = x - ((neg ? -1.0f : 1.0f) * scale) * std::ldexp(1.0f, -static_cast<int>(e));
+            r[idx[j]] = x - ((neg ? -1.0f : 1.0f) * scale) * kPow2[e];
             c[j - lo] = (neg ? 8u : 0u) | e;
         }
     });
@@ -89,7 +91,7 @@ void variance_decode(const int32_t* const* idx, const int32_t* const* codes, con
 #pragma omp parallel for num_threads(threads_for(counts[q])) schedule(static)
         for (int64_t j = 0; j < counts[q]; ++j) {
             const uint32_t c = code_at<4>(cq, j);
-            out[iq[j]] += ((c & 8u) ? -scale : scale) * std::ldexp(1.0f, -static_cast<int>(c & 7u));
+            out[iq[j]] += ((c & 8u) ? -scale : scale) * kPow2[c & 7u];
         }
     }
 }
