@@ -4,10 +4,10 @@ Both sides run what training runs: a compressor created with ``kernels="native"`
 ``kernels="torch"``, on the same synthetic gradient (normal, sd 1e-3). Encoders include their
 residual memory where the method has one, zeroed (untimed) before each call so every call sees
 the same density; decoders sum ``payloads`` ranks' payloads into a preallocated buffer, as the
-hook does into DDP's bucket. Effective
-GB/s counts the bytes a kernel must move (inputs read once, outputs written once) and is set
-against this machine's copy bandwidth, measured by the same command as torch's ``copy_`` of a
-buffer of the same size. Selection kernels are also timed against ``torch.topk``.
+hook does into DDP's bucket. Effective GB/s counts the bytes a kernel must move (inputs read
+once, outputs written once) and is set against this machine's copy bandwidth, measured by the
+same command as torch's ``copy_`` of a buffer of the same size. Selection kernels are also timed
+against ``torch.topk``.
 """
 
 from __future__ import annotations
