@@ -181,6 +181,7 @@ Tensor dgc_select(const Tensor& v, const Tensor& sample, int64_t k_sample, int64
     Tensor s = sample.to(at::kLong).contiguous();
     TORCH_CHECK(k_sample >= 1 && k_sample <= s.numel(), "k_sample must be in 1..", s.numel());
     TORCH_CHECK(k >= 1, "k must be at least 1");
+    check_indices(s, f.numel(), "sample indices");
     float threshold;
     if (f.is_cuda()) {
         threshold = std::get<0>(at::topk(f.index_select(0, s).abs(), k_sample))[k_sample - 1].item<float>();

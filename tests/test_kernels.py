@@ -242,6 +242,8 @@ def test_bad_input_is_refused_with_a_message(ops):
         ops.twobit_decode([torch.zeros(3, dtype=torch.int32)], 100, 0.1)
     with pytest.raises(RuntimeError, match="out must be"):
         ops.onebit_decode([torch.zeros(4, dtype=torch.int32)], 100, 0.1, torch.zeros(50))
+    with pytest.raises(RuntimeError, match="sample indices fall outside"):
+        ops.dgc_select(g, torch.tensor([0, 100]), 1, 1)
     with pytest.raises(RuntimeError, match="levels do not fit"):
         ops.qsgd_encode(g, 7, 512, 2, 0)
 
