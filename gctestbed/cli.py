@@ -17,7 +17,7 @@ from rich.table import Table
 
 from . import compress, doctor, results, runner, testbed, topofile, workloads
 from .net import calibrate as calibration
-from .spec import (MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
+from .spec import (KERNEL_MODES, MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
                    parse_choice, parse_duration, parse_percent, parse_rate, resolve_options)
 
 console = Console(stderr=True)
@@ -75,7 +75,7 @@ _NETWORK_OPTIONS = [
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses (the run is marked as such).")
 @click.option("--compressor", default="none", show_default=True,
               help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
-@click.option("--kernels", "kernel_mode", type=click.Choice(["native", "torch"]), default="native", show_default=True,
+@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
               help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference.")
 @click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
 @click.option("--steps", default="20", show_default=True, help="Training steps.")
@@ -334,13 +334,20 @@ def bench_net(as_json, seconds, rates, latencies):
     from .bench import net as bench_net_
     rate_list = [parse_rate(r) for r in rates.split(",")]
     latency_list = [parse_duration(t) for t in latencies.split(",")]
+    _bench_report("bench net", lambda phase: bench_net_.run(rate_list, latency_list, seconds, phase),
+                  bench_net_table, as_json)
+
+
+def _bench_report(title: str, measure, table, as_json: bool, width: int | None = None) -> None:
+    """Run a benchmark under a progress line (``measure(phase)`` reports its phases), then print
+    its report as JSON or as ``table(report)``."""
     with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
-        task = bar.add_task("bench net")
-        report = bench_net_.run(rate_list, latency_list, seconds, lambda text: bar.update(task, description=text))
+        task = bar.add_task(title)
+        report = measure(lambda text: bar.update(task, description=text))
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return
-    Console().print(bench_net_table(report))
+    else:
+        Console(width=max(Console().width, width or 0)).print(table(report))
 
 
 @bench.command(name="kernels")
@@ -353,13 +360,8 @@ def bench_kernels(size, device, payloads, as_json):
     from .bench import kernels as bench_kernels_
     if size < 1 or payloads < 1:
         raise SpecError("--size and --payloads must be at least 1.")
-    with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
-        task = bar.add_task("bench kernels")
-        report = bench_kernels_.run(size, device, payloads, lambda text: bar.update(task, description=text))
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-        return
-    Console(width=max(Console().width, 120)).print(bench_kernels_table(report))
+    _bench_report("bench kernels", lambda phase: bench_kernels_.run(size, device, payloads, phase),
+                  bench_kernels_table, as_json, width=120)
 
 
 def bench_kernels_table(report: dict) -> Table:
@@ -385,8 +387,7 @@ def kernels_build(verbose):
     from . import kernels
     start = time.monotonic()
     kernels.build(verbose=verbose)
-    where = "CPU and CUDA" if kernels.cuda_build_possible() else "CPU"
-    click.echo(f"native kernels ready for {where} in {time.monotonic() - start:.1f} s ({kernels.build_dir()})")
+    click.echo(f"native kernels ready for {kernels.built_for()} in {time.monotonic() - start:.1f} s ({kernels.build_dir()})")
 
 
 @bench.command(name="convergence")
@@ -460,7 +461,8 @@ def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
 def _print_summary(s: dict) -> None:
     table = Table(title=f"run {s['run_id']}  [{s['status']}]", show_header=False)
     rows = [
-        ("compressor", f"{s['compressor']} ({s['kernels']} kernels)"), ("workload", s["workload"]),
+        ("compressor", f"{s['compressor']} ({s['kernels']} kernels)" if compress.get(s["compressor"]).has_kernels
+         else s["compressor"]), ("workload", s["workload"]),
         ("nodes", str(s["nodes"])),
         ("link", f"topology {s['topology']} (see its calibration)" if s.get("topology")
          else f"{format_rate(s['bw_bps'])}, latency {format_duration(s['latency_s'])}"),

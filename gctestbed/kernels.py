@@ -74,7 +74,6 @@ def executable(name: str, sources: list[str]) -> str:
         raise UserError(f"building {name} failed: {_first_error(str(e))}") from None
 
 
-MODES = KERNEL_MODES
 # -march=native: the build directory is named for this CPU's features, so a cached build never runs
 # on a CPU without them. No FMA contraction: results stay bit-exact with torch's reference; the
 # other two flags only drop floating-point exception flags and errno, so loops with floor vectorise.
@@ -82,6 +81,7 @@ CFLAGS = ["-O3", "-std=c++17", "-march=native", "-fopenmp", "-ffp-contract=off",
 CUDA_FLAGS = ["-O3", "-std=c++17", "--fmad=false", "-lineinfo"]
 
 _ops: Any = None
+_with_cuda = False                     # whether the loaded build has its CUDA half
 _failure: str | None = None
 
 
@@ -112,7 +112,7 @@ def sources(cuda: bool) -> list[Path]:
 
 def build(verbose: bool = False) -> Any:
     """Build (or load the cached build of) the compressor kernels; ``torch.ops.gctestbed``."""
-    global _ops
+    global _ops, _with_cuda
     if _ops is not None:
         return _ops
     cuda = cuda_build_possible()
@@ -131,7 +131,7 @@ def build(verbose: bool = False) -> Any:
                            extra_cuda_cflags=CUDA_FLAGS, is_python_module=False, verbose=verbose)
     except RuntimeError as e:
         raise UserError(f"building {name} failed: {_first_error(str(e))}") from None
-    _ops = torch.ops.gctestbed
+    _ops, _with_cuda = torch.ops.gctestbed, cuda
     return _ops
 
 
@@ -141,8 +141,8 @@ def load(mode: str = "native") -> Any:
     native falls back to None, with one warning per process, when the kernels cannot be built.
     """
     global _failure
-    if mode not in MODES:
-        raise UserError(f"--kernels must be one of {', '.join(MODES)}, got {mode!r}.")
+    if mode not in KERNEL_MODES:
+        raise UserError(f"--kernels must be one of {', '.join(KERNEL_MODES)}, got {mode!r}.")
     if mode == "torch":
         return None
     if _failure is None:
@@ -157,4 +157,9 @@ def load(mode: str = "native") -> Any:
 
 def supports(ops: Any, tensor: Any) -> bool:
     """Whether the built kernels run on ``tensor``'s device."""
-    return ops is not None and (tensor.device.type == "cpu" or (tensor.is_cuda and cuda_build_possible()))
+    return ops is not None and (tensor.device.type == "cpu" or (tensor.is_cuda and _with_cuda))
+
+
+def built_for() -> str:
+    """What the loaded build runs on, for messages."""
+    return "CPU and CUDA" if _with_cuda else "CPU"

@@ -17,9 +17,8 @@ import time
 from importlib import metadata
 from typing import Callable, Iterator
 
-from . import results
+from . import compress, kernels, results
 from .launch import state as ledger
-from . import kernels
 from .net import calibrate
 from .launch.netns import NetnsCluster, Node
 from .spec import RunSpec
@@ -66,9 +65,11 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     status, error = "failed", None
     try:
         with _signals_raise():
-            if spec.kernels == "native":
-                on_phase("building native kernels")
-                if kernels.load("native") is None:          # said why on stderr; the run uses the reference
+            if spec.kernels == "native":                    # record what runs: the reference where the
+                wanted = compress.get(spec.compressor).has_kernels   # method has none or they cannot be built
+                if wanted:
+                    on_phase("building native kernels")
+                if not wanted or kernels.load("native") is None:
                     spec.kernels = "torch"
             on_phase("building the network")
             nodes = cluster.up()

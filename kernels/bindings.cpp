@@ -80,40 +80,52 @@ gct::Alloc<T> alloc_into(Tensor& out, const at::TensorOptions& options) {
     };
 }
 
-Tensor twobit_encode(const Tensor& grad, Tensor& residual, double tau) {
+// Packed codes of a gradient whose kernel also updates a residual memory in place.
+template <class Kernel>
+Tensor encode_with_residual(const Tensor& grad, Tensor& residual, int bits, Kernel kernel) {
     Tensor g = floats(grad);
     check_memory(residual, g, "residual");
-    Tensor words = at::empty({words_for(g.numel(), 2)}, g.options().dtype(at::kInt));
-    GCT_CALL(g, twobit_encode, g.data_ptr<float>(), residual.data_ptr<float>(), words.data_ptr<int32_t>(), g.numel(),
-             static_cast<float>(tau));
+    Tensor words = at::empty({words_for(g.numel(), bits)}, g.options().dtype(at::kInt));
+    kernel(g, words);
     return words;
+}
+
+// The sum of p packed payloads, decoded into `out` (or a new tensor).
+template <class Kernel>
+Tensor decode_packed(at::TensorList words, int64_t numel, int bits, const std::optional<Tensor>& out, Kernel kernel) {
+    std::vector<const int32_t*> ptrs;
+    auto kept = word_lists(words, numel, bits, ptrs);
+    Tensor result = dense_out(kept[0], numel, out);
+    kernel(ptrs, result);
+    return result;
+}
+
+Tensor twobit_encode(const Tensor& grad, Tensor& residual, double tau) {
+    return encode_with_residual(grad, residual, 2, [&](const Tensor& g, Tensor& words) {
+        GCT_CALL(g, twobit_encode, g.data_ptr<float>(), residual.data_ptr<float>(), words.data_ptr<int32_t>(),
+                 g.numel(), static_cast<float>(tau));
+    });
 }
 
 Tensor twobit_decode(at::TensorList words, int64_t numel, double tau, const std::optional<Tensor>& out) {
-    std::vector<const int32_t*> ptrs;
-    auto kept = word_lists(words, numel, 2, ptrs);
-    Tensor result = dense_out(kept[0], numel, out);
-    GCT_CALL(result, twobit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
-             static_cast<float>(tau));
-    return result;
+    return decode_packed(words, numel, 2, out, [&](const std::vector<const int32_t*>& ptrs, Tensor& result) {
+        GCT_CALL(result, twobit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
+                 static_cast<float>(tau));
+    });
 }
 
 Tensor onebit_encode(const Tensor& grad, Tensor& residual, double threshold, double scale) {
-    Tensor g = floats(grad);
-    check_memory(residual, g, "residual");
-    Tensor words = at::empty({words_for(g.numel(), 1)}, g.options().dtype(at::kInt));
-    GCT_CALL(g, onebit_encode, g.data_ptr<float>(), residual.data_ptr<float>(), words.data_ptr<int32_t>(), g.numel(),
-             static_cast<float>(threshold), static_cast<float>(scale));
-    return words;
+    return encode_with_residual(grad, residual, 1, [&](const Tensor& g, Tensor& words) {
+        GCT_CALL(g, onebit_encode, g.data_ptr<float>(), residual.data_ptr<float>(), words.data_ptr<int32_t>(),
+                 g.numel(), static_cast<float>(threshold), static_cast<float>(scale));
+    });
 }
 
 Tensor onebit_decode(at::TensorList words, int64_t numel, double scale, const std::optional<Tensor>& out) {
-    std::vector<const int32_t*> ptrs;
-    auto kept = word_lists(words, numel, 1, ptrs);
-    Tensor result = dense_out(kept[0], numel, out);
-    GCT_CALL(result, onebit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
-             static_cast<float>(scale));
-    return result;
+    return decode_packed(words, numel, 1, out, [&](const std::vector<const int32_t*>& ptrs, Tensor& result) {
+        GCT_CALL(result, onebit_decode, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
+                 static_cast<float>(scale));
+    });
 }
 
 Tensor sign_pack(const Tensor& x) {
@@ -131,12 +143,10 @@ Tensor sign_unpack(const Tensor& words, int64_t numel, double scale) {
 }
 
 Tensor sign_vote(at::TensorList words, int64_t numel, double scale, const std::optional<Tensor>& out) {
-    std::vector<const int32_t*> ptrs;
-    auto kept = word_lists(words, numel, 1, ptrs);
-    Tensor result = dense_out(kept[0], numel, out);
-    GCT_CALL(result, sign_vote, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
-             static_cast<float>(scale));
-    return result;
+    return decode_packed(words, numel, 1, out, [&](const std::vector<const int32_t*>& ptrs, Tensor& result) {
+        GCT_CALL(result, sign_vote, ptrs.data(), static_cast<int>(ptrs.size()), result.data_ptr<float>(), numel,
+                 static_cast<float>(scale));
+    });
 }
 
 Tensor threshold_encode(const Tensor& grad, Tensor& residual, double tau) {

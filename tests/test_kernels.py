@@ -248,6 +248,13 @@ def test_bad_input_is_refused_with_a_message(ops):
         ops.qsgd_encode(g, 7, 512, 2, 0)
 
 
+def test_only_methods_with_kernels_load_them(ops):
+    for name in ("none", "fp16", "powersgd", "randomk", "terngrad"):
+        assert compress.create(name, compress.resolve(name)[1], kernels="native").ops is None, name
+    for name in ("twobit", "threshold", "dgc", "signsgd", "efsignsgd", "variance", "qsgd", "topk"):
+        assert compress.create(name, compress.resolve(name)[1], kernels="native").ops is ops, name
+
+
 def test_no_compiler_falls_back_with_one_warning(tmp_path):
     code = ("from gctestbed import compress\n"
             "a = compress.create('twobit', {'threshold': 0.001}, kernels='native')\n"

@@ -95,6 +95,7 @@ def sampled_threshold_select(v: torch.Tensor, density: float, sample_ratio: floa
 class DGC(Compressor):
     name = "dgc"
     collective = "allgather"
+    has_kernels = True
     summary = "DGC: sampled-threshold top-k, momentum correction, clipping, factor masking, warm-up"
     paper = "Lin et al., Deep Gradient Compression, ICLR 2018"
     Options = DGCOptions

@@ -22,7 +22,8 @@ class ErrorFeedback(Compressor):
         self.inner = inner
         self.options = inner.options
         self.residuals: dict[int, torch.Tensor] = {}
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "rounds", "ops"):
+        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "rounds",
+                     "has_kernels", "ops"):
             setattr(self, attr, getattr(inner, attr))
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:

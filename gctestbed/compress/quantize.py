@@ -43,6 +43,7 @@ class TwoBitOptions:
 class TwoBit(Compressor):
     name = "twobit"
     collective = "allgather"
+    has_kernels = True
     summary = "MXNet 2-bit: +-tau or 0 per element, 16 codes per 32-bit word, residual keeps the rest"
     paper = "MXNet gradient compression (after Strom, Interspeech 2015)"
     Options = TwoBitOptions
@@ -87,6 +88,7 @@ class OneBitOptions:
 class OneBit(Compressor):
     name = "onebit"
     collective = "allgather"
+    has_kernels = True
     summary = "MXNet 1-bit: +scale where residual > threshold else -scale, 32 codes per word, with residual"
     paper = "MXNet 1-bit gradient compression (apache/incubator-mxnet#17952)"
     Options = OneBitOptions
@@ -158,6 +160,7 @@ def qsgd_levels(chunks: torch.Tensor, norms: torch.Tensor, levels: int, noise: t
 class QSGD(Compressor):
     name = "qsgd"
     collective = "allgather"
+    has_kernels = True
     summary = "QSGD: per-chunk L2 norm + sign + stochastically rounded level (unbiased), bit-packed"
     paper = "Alistarh et al., QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding, NeurIPS 2017"
     Options = QSGDOptions

@@ -57,7 +57,7 @@ def create(name: str, options: dict[str, Any], kernels: str = "torch") -> Compre
     the native kernels (``kernels="native"``, where built) or the pure-torch reference."""
     from .. import kernels as native
     compressor = get(name)(**options)
-    compressor.ops = native.load(kernels)
+    compressor.ops = native.load(kernels) if compressor.has_kernels else None
     if compressor.error_feedback:
         from .feedback import ErrorFeedback
         return ErrorFeedback(compressor)

@@ -37,6 +37,7 @@ class VoteOptions:
 
 class _MajorityVote(Compressor):
     collective = "allgather"
+    has_kernels = True
 
     def decode(self, tensors, meta, bucket, numel):
         return _pm1(tensors[0], numel)
@@ -94,6 +95,7 @@ class Signum(_MajorityVote):
 class EFSignSGD(Compressor):
     name = "efsignsgd"
     collective = "allgather"
+    has_kernels = True
     summary = "EF-signSGD: sign bits plus one scale ||p||_1/d per bucket, with error feedback"
     paper = "Karimireddy et al., Error Feedback Fixes SignSGD and other Gradient Compression Schemes, ICML 2019"
     error_feedback = True

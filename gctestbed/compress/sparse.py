@@ -46,6 +46,7 @@ class TopKOptions:
 class TopK(Compressor):
     name = "topk"
     collective = "allgather"
+    has_kernels = True
     summary = "exact top-k by magnitude, int32 index + fp32 value per element, with error feedback"
     paper = "Aji & Heafield, Sparse Communication for Distributed Gradient Descent, EMNLP 2017"
     Options = TopKOptions
@@ -112,6 +113,7 @@ class ThresholdOptions:
 class Threshold(Compressor):
     name = "threshold"
     collective = "allgather"
+    has_kernels = True
     summary = "Strom's threshold: elements reaching +-tau sent as sign+index in one 32-bit word, value +-tau"
     paper = "Strom, Scalable Distributed DNN Training Using Commodity GPU Cloud Computing, Interspeech 2015"
     Options = ThresholdOptions

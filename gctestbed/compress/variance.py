@@ -93,6 +93,7 @@ def decode4(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 class Variance(Compressor):
     name = "variance"
     collective = "allgather"
+    has_kernels = True
     summary = "variance-based: send elements whose accumulated value is unambiguous, 4-bit + index"
     paper = "Tsuzuku, Imachi & Akiba, Variance-based Gradient Compression for Efficient Distributed Deep Learning, ICLR-W 2018"
     Options = VarianceOptions
