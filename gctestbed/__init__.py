@@ -1,4 +1,4 @@
-"""gctestbed: does gradient compression speed up training on this network, and below which bandwidth?"""
+"""gctestbed: does gradient compression speed up data-parallel training on this network, and below which bandwidth?"""
 
 import os
 
@@ -8,3 +8,10 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 __version__ = "0.1.0"
+
+
+def install(model):
+    """For a user's own DDP script run by ``gctestbed run ... -- python SCRIPT``: install the run's
+    compressor on the DDP ``model`` and record every step (does nothing outside gctestbed)."""
+    from .userscript import install as _install
+    return _install(model)

@@ -7,6 +7,7 @@ error; Ctrl-C tears the cluster down and exits 130.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -15,10 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compress, doctor, results, runner, testbed, topofile, workloads
+from . import compress, doctor, flags, results, runner, testbed
+from . import sweep as sweep_
 from .net import calibrate as calibration
-from .spec import (KERNEL_MODES, MAX_NODES, LinkSpec, RunSpec, SpecError, UserError, format_duration, format_rate,
-                   parse_choice, parse_duration, parse_percent, parse_rate, resolve_options)
+from .spec import (KERNEL_MODES, MAX_NODES, TIMING_MODES, RunSpec, SpecError, UserError, format_duration, format_rate,
+                   parse_duration, parse_rate)
 
 console = Console(stderr=True)
 
@@ -68,7 +70,7 @@ _NETWORK_OPTIONS = [
 ]
 
 
-@main.command()
+@main.command(context_settings={"allow_interspersed_args": False})
 @network_options
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Measure every link before training and stop if one misses its target by more than 10 %.")
@@ -77,30 +79,44 @@ _NETWORK_OPTIONS = [
               help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
 @click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
               help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference.")
-@click.option("--workload", default="mlp", show_default=True, help="Workload and options, e.g. mlp:width=512,depth=3.")
-@click.option("--steps", default="20", show_default=True, help="Training steps.")
+@click.option("--workload", default="mlp", show_default=True,
+              help="Built-in workload and options (mlp, cnn, lstm, transformer; e.g. mlp:width=512,depth=3), or your "
+                   "own as pkg.module:function, called as function(rank, world, batch_size, seed) and returning "
+                   "(model, batches, loss_fn[, evaluate]).")
+@click.option("--mode", type=click.Choice(TIMING_MODES), default="overlap", show_default=True,
+              help="overlap: communicate in DDP's hook during backward (production); serial: after backward, "
+                   "compress, communicate, decompress, each phase timed.")
+@click.option("--steps", default="20", show_default=True, help="Training steps (with -- CMD: the steps expected, for progress).")
 @click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
 @click.option("--lr", default="0.05", show_default=True, help="SGD learning rate (momentum 0.9).")
 @click.option("--seed", default="0", show_default=True, help="Seed of the model, the teacher and the data.")
 @click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
 @click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        kernel_mode, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir):
-    """Train once on N shaped nodes and record every step."""
-    spec = build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                      latency_impl=latency_impl, topology_file=topology_file, compressor=compressor, workload=workload,
-                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb,
-                      timeout=timeout, results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss,
-                      kernels=kernel_mode)
+        kernel_mode, workload, mode, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir, command):
+    """Train once on N shaped nodes and record every step.
+
+    With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
+    torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
+    in it installs --compressor and records each step (see docs/guide.md).
+    """
+    spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                      latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
+                      workload="mlp" if command else workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                      bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
+                      accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command))
     console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
-                  f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, workload {spec.workload}")
+                  f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
+                  f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
         task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
 
         def progress(done: int, total: int, row: dict) -> None:
-            bar.update(task, completed=done, info=f"loss {row['loss']:.4f}  step {row['step_s']:.3f}s")
+            loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
+            bar.update(task, completed=done, info=f"{loss_text}step {row['step_s']:.3f}s")
 
         try:
             summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
@@ -113,44 +129,120 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
         sys.exit(1)
 
 
-def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
-               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
-               calibrate=True, accept_miss=False, kernels="native") -> RunSpec:
-    """Everything typed on the command line, parsed and checked, as a RunSpec."""
-    comp_name, comp_options = compress.resolve(compressor)
-    wl_name, wl_raw = parse_choice(workload, "workload")
-    try:
-        wl_options = resolve_options(f"workload '{wl_name}'", workloads.options_class(wl_name), wl_raw)
-    except KeyError as e:
-        raise SpecError(f"{e.args[0]}.") from None
-    link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
-                    loss_pct=parse_percent(loss, "--loss"), bw_down_bps=parse_rate(bw_down) if bw_down else None)
-    topo = None
-    if topology_file:
-        topo = topofile.load(topology_file)
-        nodes = str(len(topo.nodes))
-    spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
-                   calibrate=calibrate, accept_miss=accept_miss,
-                   compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
-                   steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
-                   seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
-                   timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels)
-    spec.validate()
-    return spec
+def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
+    """Values of one sweep axis as typed: repeatable flags, each a list (';' between compressors
+    or workloads, whose options contain commas; ',' elsewhere)."""
+    sep = ";" if axis in ("compressor", "workload") else ","
+    return [v.strip() for g in given for v in g.split(sep) if v.strip()]
 
 
-def _int(flag: str, text: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise SpecError(f"{flag} must be a whole number, got '{text}'.") from None
+@main.command()
+@click.option("--preset", type=click.Choice(sorted(sweep_.PRESETS)), default=None,
+              help="quick: the FC-heavy mlp on 2 nodes, 5 methods x 6 bandwidths x 2 modes (about 10 minutes on "
+                   "2 cores); paper: every workload and the main methods on 2 and 4 nodes (hours). Axes given as "
+                   "flags replace the preset's.")
+@click.option("--bw", multiple=True, help="Bandwidths, comma-separated or repeated (tc units: mbit = bits/s).")
+@click.option("--latency", multiple=True, help="One-way latencies, e.g. 0,1ms,10ms.")
+@click.option("--compressor", multiple=True, help="Methods, separated by ';' or repeated: 'none;dgc:ratio=0.01;fp16'.")
+@click.option("--nodes", multiple=True, help="Node counts, e.g. 2,4.")
+@click.option("--workload", multiple=True, help="Workloads, separated by ';' or repeated: 'mlp;cnn:width=16'.")
+@click.option("--batch-size", multiple=True, help="Samples per node per step, e.g. 32,128.")
+@click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
+@click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
+@click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
+@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
+              help="Compressor kernels, as for run.")
+@click.option("--lr", default="0.05", show_default=True, help="SGD learning rate.")
+@click.option("--seed", default="0", show_default=True, help="Seed of model and data.")
+@click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
+              help="Calibrate links: at the first cell of each link setting, before every cell, or never.")
+@click.option("--accept-miss", is_flag=True, help="Train even when calibration misses.")
+@click.option("--name", default=None, help="Sweep name (default: derived from the grid, so the same command resumes).")
+@click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
+@click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
+@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
+def sweep(preset, steps, repeat, kernel_mode, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+          results_dir, **axes):
+    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
+    resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
+    shared = dict(kernels=kernel_mode, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
+                  results_dir=results_dir)
+    grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
+        axes={"workload": ["mlp"], "batch_size": ["32"], "nodes": ["2"], "latency": ["0"], "bw": ["1gbit"],
+              "compressor": ["none"], "mode": ["overlap"]}, **shared)
+    for axis, given in axes.items():
+        if given:
+            grid.axes[axis] = _axis_values(axis, given)
+    grid.steps = steps if steps is not None else grid.steps
+    grid.repeat = repeat if repeat is not None else grid.repeat
+    name = name or grid.default_name()
+    cells = sweep_.plan(grid)
+    left = sweep_.todo(cells, name, results_dir, retry_failed)
+    console.print(f"[bold]sweep {name}[/]: {len(cells)} cells, {len(cells) - len(left)} already done, "
+                  f"{len(left)} to run ({results_dir})")
+    if dry_run:
+        for c in left:
+            click.echo(f"{c.repeat}  {c.key}")
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  TextColumn("{task.fields[info]}"), console=console) as bar:
+        task = bar.add_task(name, total=len(cells), completed=len(cells) - len(left), info="")
+
+        def started(cell):
+            p = cell.params
+            bar.update(task, info=f"{p['compressor']} @ {p['bw']} {p['mode']} (repeat {cell.repeat + 1})")
+
+        def done(cell, summary):
+            bar.update(task, advance=1)
+            if summary["status"] != "ok":
+                console.print(f"cell {cell.key} failed: {summary['error']}")
+
+        try:
+            counts = sweep_.run(grid, name, left, started, done)
+        except (runner.Interrupted, KeyboardInterrupt):
+            console.print(f"interrupted: the current cell was torn down; run the same command again to resume {name}")
+            sys.exit(130)
+    click.echo(f"sweep {name}: {counts['ok']} ok, {counts['failed']} failed; "
+               f"report with: gctestbed report {results_dir} --sweep {name}")
 
 
-def _float(flag: str, text: str) -> float:
-    try:
-        return float(str(text).strip())
-    except ValueError:
-        raise SpecError(f"{flag} must be a number, got '{text}'.") from None
+@main.command()
+@click.argument("results_dir", default="results", required=False)
+@click.option("--out", default=None, help="Where to write the PNGs, report.html, cells.csv and report.json "
+                                          "(default: RESULTS/report).")
+@click.option("--sweep", "sweep_name", default=None, help="Only this sweep's cells (default: every sweep in the store).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the tables.")
+def report(results_dir, out, sweep_name, as_json):
+    """Break-even bandwidths, the fitted performance model and pictures from a results store."""
+    from .analysis import report as report_
+    out = out or os.path.join(results_dir, "report")
+    with console.status("analysing and drawing"):
+        r = report_.build(results_dir, out, sweep_name)
+    if as_json:
+        click.echo(json.dumps(r, indent=2, default=str))
+        return
+    terminal = Console(width=max(Console().width, 120))
+    table = Table(title="break-even bandwidth (below it the method's steps are faster than none's)")
+    for col in ("setting", "method", "break-even", "convergence"):
+        table.add_column(col)
+    for b in r["break_even"]:
+        table.add_row(b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-")
+    terminal.print(table)
+    for variant, m in r["model"].items():
+        err = m["median_abs_error"]
+        terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
+                       f"median |error| {'-' if err is None else f'{err:.1%}'} over {m['predicted_cells']} predicted cells, "
+                       f"{len(m['misses'])} off by more than 10 %")
+    if r["projection"] and r["projection"]["rows"]:
+        proj = r["projection"]
+        table = Table(title=f"projected break-even bandwidth: {proj['label']}")
+        for col in ["setting", "method"] + [f"{p} nodes" for p in proj["nodes"]]:
+            table.add_column(col)
+        for row in proj["rows"]:
+            table.add_row(f"{row['workload']}, batch {row['batch_size']}", row["compressor"],
+                          *[report_.fmt_bw(v) if isinstance(v, float) else v for v in row["break_even_bps"].values()])
+        terminal.print(table)
+    click.echo(f"report: {os.path.join(out, 'report.html')} ({len(r['pictures'])} pictures, cells.csv, report.json)")
 
 
 @main.command()
@@ -184,7 +276,7 @@ def clean():
 
 
 def _network_spec(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file) -> RunSpec:
-    return build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+    return flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                       latency_impl=latency_impl, topology_file=topology_file, compressor="none", workload="mlp",
                       steps="1", batch_size="1", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
                       results_dir="results")

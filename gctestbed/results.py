@@ -17,9 +17,10 @@ from typing import Any, Iterable
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
-               "tx_bytes", "rx_bytes", "payload_bytes", "expected_tx_bytes", "buckets")
+               "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
+               "gather_calls", "buckets", "tail_tx_bytes")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -57,8 +58,12 @@ CREATE TABLE IF NOT EXISTS steps (
     tx_bytes      INTEGER,
     rx_bytes      INTEGER,
     payload_bytes INTEGER,
+    gather_bytes  INTEGER,       -- the part of payload_bytes every rank must see (all-gathered)
     expected_tx_bytes INTEGER,   -- what the collectives' algorithms send for those payloads
+    reduce_calls  INTEGER,       -- all-reduce and all-gather calls issued: each costs latency
+    gather_calls  INTEGER,
     buckets       INTEGER,
+    tail_tx_bytes INTEGER,       -- expected_tx_bytes of the bucket backward finishes last
     PRIMARY KEY (run_id, rank, step)
 );
 CREATE TABLE IF NOT EXISTS calibrations (
@@ -75,6 +80,15 @@ CREATE TABLE IF NOT EXISTS calibrations (
     rtt_loaded_s REAL,
     miss         TEXT,
     PRIMARY KEY (run_id, src, dst, t)
+);
+CREATE TABLE IF NOT EXISTS sweep_cells (
+    sweep   TEXT NOT NULL,
+    cell    TEXT NOT NULL,           -- canonical JSON of the cell's parameters
+    repeat  INTEGER NOT NULL,
+    run_id  TEXT,                    -- the run that measured it (the latest attempt)
+    status  TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed', 'interrupted')),
+    updated REAL NOT NULL,
+    PRIMARY KEY (sweep, cell, repeat)
 );
 """
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
@@ -112,7 +126,9 @@ def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
 def _migrate(conn: sqlite3.Connection) -> None:
     """Columns added since a store was created (additive only: old rows read as NULL)."""
     for table, column, kind in (("steps", "expected_tx_bytes", "INTEGER"), ("nodes", "eval_loss", "REAL"),
-                                ("nodes", "eval_accuracy", "REAL")):
+                                ("nodes", "eval_accuracy", "REAL"), ("steps", "gather_bytes", "INTEGER"),
+                                ("steps", "reduce_calls", "INTEGER"), ("steps", "gather_calls", "INTEGER"),
+                                ("steps", "tail_tx_bytes", "INTEGER")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
@@ -169,6 +185,29 @@ class Recorder:
         with self.conn:
             self.conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                               (self.run_id, rank, step, time.time(), *values.values()))
+
+
+def cell_status(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int) -> str | None:
+    """How sweep ``sweep`` left this cell: None (never started), running (its sweep died), ok,
+    failed or interrupted."""
+    row = conn.execute("SELECT status FROM sweep_cells WHERE sweep=? AND cell=? AND repeat=?",
+                       (sweep, cell, repeat)).fetchone()
+    return row["status"] if row else None
+
+
+def mark_cell(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int, status: str,
+              run_id: str | None = None) -> None:
+    with conn:
+        conn.execute("INSERT INTO sweep_cells (sweep, cell, repeat, run_id, status, updated) VALUES (?, ?, ?, ?, ?, ?) "
+                     "ON CONFLICT (sweep, cell, repeat) DO UPDATE SET status=excluded.status, updated=excluded.updated, "
+                     "run_id=COALESCE(excluded.run_id, run_id)", (sweep, cell, repeat, run_id, status, time.time()))
+
+
+def sweep_runs(conn: sqlite3.Connection, sweep: str | None = None) -> list[sqlite3.Row]:
+    """The runs of the finished cells of ``sweep`` (or of every sweep), with their sweep and cell."""
+    query = "SELECT sweep, cell, repeat, run_id FROM sweep_cells WHERE status='ok'"
+    return conn.execute(query + (" AND sweep=?" if sweep else "") + " ORDER BY updated",
+                        (sweep,) if sweep else ()).fetchall()
 
 
 def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
@@ -239,7 +278,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "compressor": spec.compressor,
         "compressor_options": spec.compressor_options,
         "kernels": spec.kernels,
+        "mode": spec.mode,
         "workload": spec.workload,
+        "workload_options": spec.workload_options,
+        "batch_size": spec.batch_size,
         "nodes": n,
         "topology": spec.topology.name if spec.topology else None,
         "bw_bps": spec.link.bw_bps,
@@ -250,9 +292,16 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "samples_per_s": n * spec.batch_size / step_s if step_s else None,
         "median_compute_s": _median(r["compute_s"] for rs in per_step for r in rs),
         "median_comm_s": _median(r["comm_s"] for rs in per_step for r in rs),
+        "median_encode_s": _median(r["encode_s"] for rs in per_step for r in rs),
+        "median_decode_s": _median(r["decode_s"] for rs in per_step for r in rs),
+        "median_optim_s": _median(r["optim_s"] for rs in per_step for r in rs),
         "wire_bytes_per_step": _median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
         "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
+        "gather_bytes_per_step": _median(r["gather_bytes"] for rs in per_step for r in rs),
         "expected_tx_bytes_per_step": _median(r["expected_tx_bytes"] for rs in per_step for r in rs),
+        "reduce_calls_per_step": _median(r["reduce_calls"] for rs in per_step for r in rs),
+        "gather_calls_per_step": _median(r["gather_calls"] for rs in per_step for r in rs),
+        "tail_tx_bytes_per_step": _median(r["tail_tx_bytes"] for rs in per_step for r in rs),
         "buckets_per_step": _median(r["buckets"] for rs in per_step for r in rs),
         "busbw_bps": busbw,
         "bottleneck_bps": bottleneck,

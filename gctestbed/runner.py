@@ -17,7 +17,7 @@ import time
 from importlib import metadata
 from typing import Callable, Iterator
 
-from . import compress, kernels, results
+from . import compress, kernels, results, userscript
 from .launch import state as ledger
 from .net import calibrate
 from .launch.netns import NetnsCluster, Node
@@ -85,10 +85,11 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             if error is None:
                 on_phase("starting nodes")
                 procs = {}
+                argv = spec.command or [sys.executable, "-m", "gctestbed.worker", spec_path]
                 for node in nodes:
                     recorder.node(node.rank, name=node.name, address=node.address)
-                    procs[node.rank] = cluster.spawn(node, [sys.executable, "-m", "gctestbed.worker", spec_path],
-                                                     os.path.join(run_dir, f"node{node.rank}.log"))
+                    procs[node.rank] = cluster.spawn(node, argv, os.path.join(run_dir, f"node{node.rank}.log"),
+                                                     {userscript.SPEC_ENV: spec_path})
                 error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
             status = "ok" if error is None else "failed"
     except Interrupted:

@@ -316,6 +316,9 @@ class TopologySpec:
 
 
 KERNEL_MODES = ("native", "torch")
+# overlap: communication runs in DDP's hook during backward (production); serial: after backward,
+# compress -> communicate -> decompress, each phase timed on its own
+TIMING_MODES = ("overlap", "serial")
 
 
 @dataclass
@@ -342,6 +345,8 @@ class RunSpec:
     calibrate: bool = True
     accept_miss: bool = False
     kernels: str = "native"                  # native (C++/CUDA, where built) | torch (pure-torch reference)
+    mode: str = "overlap"                    # see TIMING_MODES
+    command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
     run_id: str = ""
 
     def network(self) -> TopologySpec:
@@ -366,6 +371,10 @@ class RunSpec:
             raise SpecError(f"--device must be cpu or cuda, got {self.device!r}.")
         if self.kernels not in KERNEL_MODES:
             raise SpecError(f"--kernels must be one of {', '.join(KERNEL_MODES)}, got {self.kernels!r}.")
+        if self.mode not in TIMING_MODES:
+            raise SpecError(f"--mode must be one of {', '.join(TIMING_MODES)}, got {self.mode!r}.")
+        if not isinstance(self.command, list) or not all(isinstance(a, str) for a in self.command):
+            raise SpecError(f"the pass-through command must be a list of arguments, got {self.command!r}.")
         if self.latency_impl not in ("auto", "netem", "delayline"):
             raise SpecError(f"--latency-impl must be auto, netem or delayline, got {self.latency_impl!r}.")
         if self.topology is not None:

@@ -62,10 +62,11 @@ def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, part
 
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
-    work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size)
-    model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb)
+    work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
+    serial = spec.mode == "serial"
+    model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
-    comm = hook.install(model, compressor)
+    comm = hook.install(model, compressor, serial=serial)
     if compressor.microbatches > 1:
         compressor.sample_stats = SampleStats(model)
     # a method that applies momentum itself (DGC's momentum correction, Signum) gets plain SGD
@@ -78,11 +79,13 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         comm.step = step
         loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
         compute_s = laps.lap()
+        comm.exchange_pending()          # serial mode: every bucket now, each phase timed; overlap: nothing left
+        exchange_s = laps.lap()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=not serial)     # serial: grads stay views of the buckets
         optim_s = laps.lap()
         tx2, rx2 = nic_bytes(ifname)
-        recorder.step(rank, step, step_s=compute_s + optim_s, compute_s=compute_s, optim_s=optim_s,
+        recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s, compute_s=compute_s, optim_s=optim_s,
                       loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
     metrics = work.evaluate(model.module)
     recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+GATHER_CALLS = 2   # all_gather calls per gather: the counts, then the data
 ALIGN = 8          # every tensor starts 8-byte aligned in the gather buffer, so views of any dtype work
 
 

@@ -12,9 +12,17 @@ another's of bucket 1. The hook only enqueues and returns a future, so backward 
 single-round method whose payload is only summed keeps its all-reduce asynchronous; anything
 that needs a further collective waits for it in the driver, never on a backend thread.
 
-The state object, like PyTorch's PowerSGDState, counts what each step cost: payload bytes, the
-bytes the collectives transmit, buckets, encode and decode time, and the span from the first
-bucket's collective launch to the last one's completion (the communication time).
+The state object, like PyTorch's PowerSGDState, counts what each step cost: payload bytes (and
+the part of them that is gathered), the bytes the collectives transmit, the collectives issued,
+buckets, encode and decode time, and the communication time.
+
+Two timing modes. ``overlap`` is the above: production DDP, where the communication time is the
+span from the first bucket's launch to the last one's completion. ``serial`` lets backward finish
+with no communication at all (the hook hands each bucket back untouched and keeps it), then
+``exchange_pending`` compresses, communicates and decompresses bucket after bucket, so each phase
+is timed on its own and the communication time is the sum of the collectives' own durations: the
+phase breakdown the performance model is fitted on. Serial mode needs DDP's
+``gradient_as_bucket_view`` so that writing a bucket after backward writes the gradients.
 """
 
 import queue
@@ -44,8 +52,10 @@ class HookState:
     """
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
-                 dense_floor: int = DENSE_FLOOR):
+                 dense_floor: int = DENSE_FLOOR, serial: bool = False):
         self.compressor = compressor
+        self.serial = serial
+        self.pending: list[tuple[torch.Tensor, Bucket]] = []     # serial mode: buckets backward produced
         self.dense_floor = dense_floor
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -66,18 +76,32 @@ class HookState:
                 future.set_exception(e)
 
     def _reset(self) -> None:
-        self._stats = {"payload_bytes": 0, "expected_tx_bytes": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
+        self._stats = {"payload_bytes": 0, "gather_bytes": 0, "expected_tx_bytes": 0, "reduce_calls": 0,
+                       "gather_calls": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
         self._comm_start: float | None = None
         self._comm_end: float | None = None
+        self._comm_busy = 0.0
+        self._bucket_tx: dict[int, int] = {}      # expected bytes sent per bucket key
 
     def take_step_stats(self) -> dict[str, Any]:
         """The counters since the last call (one step), then start afresh."""
         with self._lock:
             stats = dict(self._stats)
             span = (self._comm_end - self._comm_start) if self._comm_start and self._comm_end else None
-            stats["comm_s"] = span
+            stats["comm_s"] = (self._comm_busy if self._stats["buckets"] else None) if self.serial else span
+            # the bucket backward finishes last (DDP's highest index): its exchange cannot overlap backward
+            stats["tail_tx_bytes"] = self._bucket_tx[max(self._bucket_tx)] if self._bucket_tx else None
             self._reset()
         return stats
+
+    def exchange_pending(self) -> None:
+        """Serial mode, after backward: compress, communicate and decompress every bucket in turn,
+        writing the averaged gradient into the bucket (and so into the parameters' gradients)."""
+        pending, self.pending = self.pending, []
+        for buffer, ctx in pending:
+            future: torch.futures.Future = torch.futures.Future()
+            _exchange(self, future, buffer, ctx)
+            future.wait()
 
     def _count(self, **add: float) -> None:
         with self._lock:
@@ -89,26 +113,36 @@ class HookState:
             if self._comm_start is None:
                 self._comm_start = at
 
-    def _arrived(self, at: float) -> None:
+    def _arrived(self, at: float, since: float) -> None:
+        """A collective round launched at ``since`` completed at ``at``."""
         with self._lock:
             self._comm_end = at if self._comm_end is None else max(self._comm_end, at)
+            self._comm_busy += at - since
 
 
-def _finish_round(state: HookState, payload: Payload) -> None:
+def _finish_round(state: HookState, payload: Payload, key: int) -> None:
     """Run the gather part of a payload (the reduce part is already summed) and count its bytes."""
     sent = 0
     if payload.gather:
         payload.gathered, sent = collectives.gather(payload.gather, state.process_group)
-    state._count(payload_bytes=payload.nbytes,
-                 expected_tx_bytes=collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce),
-                                                          sent, state.world_size))
+    tx = collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce), sent, state.world_size)
+    state._count(payload_bytes=payload.nbytes, gather_bytes=sum(t.numel() * t.element_size() for t in payload.gather),
+                 reduce_calls=len(payload.reduce), gather_calls=collectives.GATHER_CALLS if payload.gather else 0,
+                 expected_tx_bytes=tx)
+    with state._lock:
+        state._bucket_tx[key] = state._bucket_tx.get(key, 0) + tx
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP hook: hand the bucket to the driver thread; the future completes with the new bucket."""
+    """DDP hook: hand the bucket to the driver thread; the future completes with the new bucket.
+    In serial mode, keep the bucket for ``exchange_pending`` and hand it back untouched."""
     future: torch.futures.Future = torch.futures.Future()
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
                  rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
+    if state.serial:
+        state.pending.append((bucket.buffer(), ctx))
+        future.set_result(bucket.buffer())
+        return future
     state._jobs.put((future, bucket.buffer(), ctx))
     return future
 
@@ -125,27 +159,27 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
-            lambda f: _complete(state, future, buffer, ctx, compressor, payload, numel))
+            lambda f: _complete(state, future, buffer, ctx, compressor, payload, numel, launched))
         return
     current, decode_s = payload, 0.0
     while True:
         collectives.allreduce(current.reduce, state.process_group).wait()
-        _finish_round(state, current)
-        state._arrived(now())
+        _finish_round(state, current, ctx.key)
+        state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(current, ctx, numel, out=buffer)    # native decoders write in place
         decode_s += now() - t
         if not isinstance(result, Payload):
             break
-        current = result
+        current, launched = result, now()
     _deliver(state, future, buffer, result, decode_s)
 
 
-def _complete(state, future, buffer, ctx, compressor, payload, numel) -> None:
+def _complete(state, future, buffer, ctx, compressor, payload, numel, launched) -> None:
     """Completion of a one-round, summed-only payload (on a backend thread: no collectives here)."""
     try:
-        _finish_round(state, payload)
-        state._arrived(now())
+        _finish_round(state, payload, ctx.key)
+        state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)
         _deliver(state, future, buffer, result, now() - t)
@@ -162,8 +196,12 @@ def _deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tenso
 
 
 def install(model: DistributedDataParallel, compressor: Compressor,
-            process_group: dist.ProcessGroup | None = None) -> HookState:
-    """Make ``model`` communicate through ``compressor``; returns the state holding the counters."""
-    state = HookState(compressor, process_group)
+            process_group: dist.ProcessGroup | None = None, serial: bool = False) -> HookState:
+    """Make ``model`` communicate through ``compressor``; returns the state holding the counters.
+    ``serial``: communicate only when ``exchange_pending`` is called after backward (the model
+    must be built with ``gradient_as_bucket_view=True``)."""
+    if serial and not model.gradient_as_bucket_view:
+        raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
+    state = HookState(compressor, process_group, serial=serial)
     model.register_comm_hook(state, compression_hook)
     return state

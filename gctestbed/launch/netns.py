@@ -55,10 +55,10 @@ class NetnsCluster:
             return {}
         return {**self.describe(), "delay_lines": self.network.stop_relays()}
 
-    def spawn(self, node: Node, argv: list[str], log_path: str) -> subprocess.Popen:
+    def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment."""
         threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
-        env = {**os.environ,
+        env = {**os.environ, **(extra_env or {}),
                **node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)}
         with open(log_path, "ab") as log:
             proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,

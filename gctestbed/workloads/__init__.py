@@ -1,18 +1,29 @@
-"""Built-in workloads by name. A workload is a model, an endless batch iterator, a loss, and an
-evaluation on held-out data (the same samples on every rank).
+"""Built-in workloads by name, and users' own as ``pkg.module:function``.
 
-Each workload declares its options as a dataclass (types, defaults, range checks in
-``__post_init__``) so the CLI can parse ``--workload mlp:width=512`` before any node starts.
+A workload is a model, an endless batch iterator, a loss, and an evaluation on held-out data (the
+same samples on every rank). Each built-in declares its options as a dataclass (types, defaults,
+range checks in ``__post_init__``) so the CLI can parse ``--workload mlp:width=512`` before any
+node starts.
+
+User code (``--workload mypkg.train:make``): ``make(rank, world, batch_size, seed)`` returns
+``(model, batches, loss_fn)`` or ``(model, batches, loss_fn, evaluate)``. ``model`` is a plain
+``nn.Module`` (gctestbed wraps it in DDP), identical on every rank (seed it with ``seed``);
+``batches`` yields ``(inputs, targets)`` forever, this rank's own samples; ``loss_fn(model(inputs),
+targets)`` is a scalar; the optional ``evaluate(model)`` returns ``{"loss": ..., "accuracy": ...}``.
+The module is imported from the directory gctestbed was started in.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 
-from . import mlp
+from . import cnn, lstm, mlp, transformer
 
 
 @dataclass
@@ -20,26 +31,56 @@ class Workload:
     model: torch.nn.Module
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    evaluate: Callable[[torch.nn.Module], dict[str, float]]
+    evaluate: Callable[[torch.nn.Module], dict[str, float | None]]
 
 
-_BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build)}
+_BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),
+             "lstm": (lstm.LSTMOptions, lstm.build), "transformer": (transformer.TransformerOptions, transformer.build)}
+_USER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+def is_user_code(text: str) -> bool:
+    """``pkg.module:function`` (user code) rather than ``name:key=value,...`` (a built-in)."""
+    return bool(_USER.match(text.strip())) and text.split(":")[0] not in _BUILDERS
+
+
 def options_class(name: str) -> type:
     """The options dataclass of workload ``name``; KeyError names the known ones."""
     if name not in _BUILDERS:
-        raise KeyError(f"unknown workload '{name}'; available: {', '.join(names())}")
+        raise KeyError(f"unknown workload '{name}'; available: {', '.join(names())}, or pkg.module:function for your own")
     return _BUILDERS[name][0]
 
 
-def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: int) -> Workload:
-    """Model (identical on every rank for a seed) and this rank's own stream of batches."""
-    cls, builder = _BUILDERS[name]
-    model, batches, loss_fn, evaluate = builder(cls(**options), seed, rank, batch_size)
-    return Workload(model, batches, loss_fn, evaluate)
+def user_function(text: str) -> Callable[..., Any]:
+    """Import ``pkg.module:function``; ValueError with a sentence when it cannot be found."""
+    module_name, function_name = text.strip().split(":")
+    if "" not in sys.path:
+        sys.path.insert(0, "")          # the directory gctestbed was started in, as for python -m
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's to fix
+        raise ValueError(f"workload '{text}': cannot import {module_name} ({type(e).__name__}: {e})") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ValueError(f"workload '{text}': {module_name} has no function {function_name}")
+    return function
 
+
+def _no_evaluation(model: torch.nn.Module) -> dict[str, float | None]:
+    return {"loss": None, "accuracy": None}
+
+
+def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: int, world: int = 1) -> Workload:
+    """Model (identical on every rank for a seed) and this rank's own stream of batches."""
+    if name in _BUILDERS:
+        cls, builder = _BUILDERS[name]
+        return Workload(*builder(cls(**options), seed, rank, batch_size))
+    made = user_function(name)(rank=rank, world=world, batch_size=batch_size, seed=seed)
+    if not isinstance(made, tuple) or len(made) not in (3, 4) or not isinstance(made[0], torch.nn.Module):
+        raise ValueError(f"workload '{name}' must return (model, batches, loss_fn[, evaluate]) with an nn.Module first")
+    model, batches, loss_fn, *evaluate = made
+    return Workload(model, iter(batches), loss_fn, evaluate[0] if evaluate else _no_evaluation)

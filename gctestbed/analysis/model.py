@@ -1,0 +1,300 @@
+"""The performance model: why a step takes what it takes, fitted on ``none`` and tested on the rest.
+
+    serial:   T = T_compute + T_comm + T_encode + T_decode + T_optim
+    overlap:  T = max(λ·T_compute, T_comm - T_tail) + T_tail + T_encode + T_decode + T_optim
+
+T_compute is forward + backward and T_optim the optimizer step, the workload's, from none's serial
+cells (timed with no communication in the way); T_encode and T_decode are the method's own, from
+its serial cells: none of these depends on the network. The communication time of a step
+sums, over its collectives, the ring formulas
+
+    all-reduce of b bytes:        2(p-1)·(α + L) + 2b(p-1)/(p·BW)
+    all-gather of m bytes a rank: (p-1)·(α + L) + (p-1)·m/BW
+
+with L the configured one-way latency, BW the shaped rate times η, the share of it the
+collectives' bytes actually get (TCP framing, acknowledgements, the collective's own pauses), and α
+the host's own cost per message. The bytes are the step's
+exact payload sizes as the hook counted them. T_tail is the exchange of the bucket backward
+finishes last: it cannot start before backward ends, so it is never hidden (with one bucket,
+overlap is serial). The issue's simpler form, max(λ·T_compute, T_comm) + T_encode + T_decode,
+hides all communication; it is fitted and reported too, so the two can be compared.
+
+λ, α and η are fitted on the ``none`` cells only (α and η from the serial ones, λ from the overlap ones);
+every other cell is a prediction, and the median absolute error over those is the model's score.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from .cells import Row
+
+TOLERANCE = 0.10
+VARIANTS = ("tail", "issue")
+BASELINE = "none"
+
+
+@dataclass
+class Phases:
+    """The network-independent parts of a step for one method in one setting (seconds)."""
+
+    compute: float
+    optim: float
+    encode: float
+    decode: float
+
+
+@dataclass
+class Prediction:
+    row: Row
+    predicted_s: float
+    comm_s: float
+    error: float                # predicted / measured - 1
+    fitted: bool                # a none cell: used for the fit, not a prediction
+    why: str = ""
+
+
+@dataclass
+class Fit:
+    variant: str
+    lam: float
+    alpha_s: float
+    eta: float
+    predictions: list[Prediction] = field(default_factory=list)
+
+    @property
+    def median_error(self) -> float | None:
+        errs = [abs(p.error) for p in self.predictions if not p.fitted]
+        return statistics.median(errs) if errs else None
+
+    @property
+    def fit_error(self) -> float | None:
+        errs = [abs(p.error) for p in self.predictions if p.fitted]
+        return statistics.median(errs) if errs else None
+
+    @property
+    def misses(self) -> list[Prediction]:
+        return [p for p in self.predictions if not p.fitted and abs(p.error) > TOLERANCE]
+
+
+def _setting(r: Row) -> tuple:
+    return (r.workload, r.nodes, r.batch_size)
+
+
+def phases(rows: list[Row]) -> dict[tuple, Phases]:
+    """Per (workload, nodes, batch size, method), medians over serial cells: compute and optimizer
+    are the workload's, taken from none's cells (the method's own where none has none); encode and
+    decode are the method's own (from its overlap cells where it has no serial ones)."""
+    out: dict[tuple, Phases] = {}
+    serial = [r for r in rows if r.mode == "serial" and r.compute_s is not None]
+    for key in {(*_setting(r), r.compressor) for r in rows}:
+        own = [r for r in serial if (*_setting(r), r.compressor) == key]
+        workload = [r for r in serial if (*_setting(r), r.compressor) == (*key[:3], BASELINE)] or own
+        if not workload:
+            continue
+        coded = own or [r for r in rows if (*_setting(r), r.compressor) == key]
+        out[key] = Phases(compute=statistics.median(r.compute_s for r in workload),
+                          optim=statistics.median(r.optim_s or 0.0 for r in workload),
+                          encode=statistics.median(r.encode_s or 0.0 for r in coded),
+                          decode=statistics.median(r.decode_s or 0.0 for r in coded))
+    return out
+
+
+def messages(reduce_calls: float, gather_calls: float, p: int) -> float:
+    """Sequential messages of a step's collectives on a ring of ``p``: each pays one α + L."""
+    return (reduce_calls * 2 + gather_calls) * (p - 1)
+
+
+def comm_time(tx_bytes: float, n_messages: float, bw_bps: float, latency_s: float, alpha_s: float,
+              eta: float) -> float:
+    return n_messages * (alpha_s + latency_s) + tx_bytes * 8 / (bw_bps * eta)
+
+
+def step_time(ph: Phases, comm: float, tail: float, mode: str, lam: float, variant: str) -> float:
+    fixed = ph.encode + ph.decode + ph.optim
+    if mode == "serial":
+        return ph.compute + comm + fixed
+    if variant == "issue":
+        return max(lam * ph.compute, comm) + fixed
+    return max(lam * ph.compute, comm - tail) + tail + fixed
+
+
+def _comm(r: Row, alpha: float, eta: float) -> tuple[float, float]:
+    """(whole step's, last bucket's) communication time of row ``r``."""
+    n = messages(r.reduce_calls or 0, r.gather_calls or 0, r.nodes)
+    whole = comm_time(r.expected_tx_bytes or 0, n, r.bw_bps, r.latency_s, alpha, eta)
+    buckets = max(1.0, r.buckets or 1)
+    tail = comm_time(r.tail_tx_bytes if r.tail_tx_bytes is not None else (r.expected_tx_bytes or 0) / buckets,
+                     n / buckets, r.bw_bps, r.latency_s, alpha, eta)
+    return whole, min(tail, whole)
+
+
+def fit_network(rows: list[Row]) -> tuple[float, float]:
+    """(α, η) from none's serial cells: least squares, in relative terms, of their measured
+    communication time against messages·(α + L) + bytes·8 / (η·BW). η is the share of the
+    shaped rate Gloo's collectives actually get (TCP framing, acknowledgements sharing the link,
+    the collective's own pauses); (1, 0) when there is nothing to fit on."""
+    import numpy as np
+    pts = [r for r in rows if r.compressor == BASELINE and r.mode == "serial" and r.comm_s and r.nodes > 1]
+    if not pts:
+        return 0.0, 1.0
+    n = np.array([messages(r.reduce_calls or 0, r.gather_calls or 0, r.nodes) for r in pts])
+    x = np.array([(r.expected_tx_bytes or 0) * 8 / r.bw_bps for r in pts])
+    y = np.array([r.comm_s - m * r.latency_s for r, m in zip(pts, n)])
+    w = 1 / np.array([r.comm_s for r in pts])
+    if len(pts) >= 2 and np.ptp(n / np.maximum(x, 1e-12)) + np.ptp(x) > 0:
+        (alpha, inv_eta), *_ = np.linalg.lstsq(np.stack([n * w, x * w], 1), y * w, rcond=None)
+        if alpha >= 0 and inv_eta > 0:
+            return float(alpha), float(1 / inv_eta)
+    inv_eta = float(np.sum(x * y * w * w) / np.sum(x * x * w * w))     # α = 0: the rate alone
+    return 0.0, 1 / inv_eta if inv_eta > 0 else 1.0
+
+
+def fit(rows: list[Row], variant: str = "tail") -> Fit | None:
+    """λ and α from the none cells, then every cell predicted; None without serial cells."""
+    ph = phases(rows)
+    usable = [r for r in rows if (*_setting(r), r.compressor) in ph and r.nodes > 1 and r.expected_tx_bytes]
+    if not usable:
+        return None
+    alpha, eta = fit_network(usable)
+    base = [r for r in usable if r.compressor == BASELINE and r.mode == "overlap"]
+
+    def errors(lam: float, subset: list[Row]) -> list[float]:
+        out = []
+        for r in subset:
+            whole, tail = _comm(r, alpha, eta)
+            out.append(step_time(ph[(*_setting(r), r.compressor)], whole, tail, r.mode, lam, variant) / r.step_s - 1)
+        return out
+
+    lam = 1.0
+    if base:
+        grid = [0.25 + 0.005 * i for i in range(751)]          # 0.25 .. 4
+        lam = min(grid, key=lambda g: (statistics.median(abs(e) for e in errors(g, base)), abs(g - 1)))
+    result = Fit(variant, lam, alpha, eta)
+    for r in usable:
+        whole, tail = _comm(r, alpha, eta)
+        p = ph[(*_setting(r), r.compressor)]
+        predicted = step_time(p, whole, tail, r.mode, lam, variant)
+        pred = Prediction(r, predicted, whole, predicted / r.step_s - 1, fitted=r.compressor == BASELINE)
+        result.predictions.append(pred)
+    for pred in result.misses:
+        pred.why = explain(pred, ph[(*_setting(pred.row), pred.row.compressor)], lam, rows, result)
+    return result
+
+
+def explain(pred: Prediction, ph: Phases, lam: float, rows: list[Row], fit: "Fit") -> str:
+    """Which of the model's simplifications this cell runs into, read from its own measurements:
+    in serial mode the phase that differs from the model's; in overlap mode how much overlap
+    saved against the cell's serial twin (same method and link), compared with the model."""
+    r, reasons = pred.row, []
+    base = [b for b in rows if b.group == r.group and b.compressor == BASELINE and b.bw_bps == r.bw_bps]
+    if base and base[0].busbw_fraction is not None and base[0].busbw_fraction < 0.85:
+        reasons.append(f"the host could not fill the link: none reached {base[0].busbw_fraction:.0%} of "
+                       f"{r.bw_bps / 1e6:g} Mbit/s here, so the model's rate is too high")
+    if r.mode == "serial":
+        reasons += _serial_deltas(r, ph, pred.comm_s)
+    else:
+        twin = next((t for t in fit.predictions if t.row.mode == "serial" and t.row.compressor == r.compressor
+                     and t.row.bw_bps == r.bw_bps and t.row.group[:4] == r.group[:4]), None)
+        if twin is not None:
+            saved, expected = twin.row.step_s - r.step_s, twin.predicted_s - pred.predicted_s
+            if abs(saved - expected) > 0.05 * r.step_s:
+                reasons.append(
+                    f"overlap {_gain(saved)} against its serial run where the model expects it to {_gain(expected)}: "
+                    f"λ = {lam:.2f} is one number fitted on none, whose large all-reduce "
+                    + ("slows backward more than this method's exchange does on this host's cores" if saved > expected
+                       else "overlaps better than this method's exchange, whose encode/decode and collectives "
+                            "compete with backward for this host's cores"))
+            if abs(twin.error) > TOLERANCE:
+                reasons.append(f"its serial run is off by {twin.error:+.0%} as well: "
+                               + "; ".join(_serial_deltas(twin.row, ph, twin.comm_s) or ["see that row"]))
+    if r.step_s < 0.02:
+        reasons.append("its steps are so short that timer and scheduling noise of a millisecond is over 5 %")
+    return "; ".join(reasons) or "none of the model's known simplifications: an effect the model does not capture"
+
+
+def _gain(seconds: float) -> str:
+    return f"saved {seconds * 1e3:.0f} ms" if seconds >= 0 else f"cost {-seconds * 1e3:.0f} ms"
+
+
+def _serial_deltas(r: Row, ph: Phases, comm_s: float) -> list[str]:
+    """The phases of a serial cell that differ from the model's by more than 5 % of its step."""
+    out = []
+    for what, measured, model_s in (("forward + backward", r.compute_s, ph.compute), ("its collectives", r.comm_s, comm_s),
+                                    ("encode", r.encode_s, ph.encode), ("decode", r.decode_s, ph.decode)):
+        if measured is None or abs(measured - model_s) <= 0.05 * r.step_s:
+            continue
+        text = f"{what} took {measured * 1e3:.3g} ms against the model's {model_s * 1e3:.3g} ms"
+        if what == "forward + backward":
+            text += " (the workload's median: the host ran this cell " + ("slower)" if measured > model_s else "faster)")
+        elif what == "its collectives" and r.gather_calls:
+            text += (" (the rate is fitted on none's all-reduce; Gloo's two-call all-gather of a small payload gets "
+                     "less of the link)")
+        elif what == "its collectives" and (r.reduce_calls or 0) >= 8:
+            text += (f" ({r.reduce_calls:.0f} small all-reduces a step: a cost per call that α, fitted on none's few "
+                     "large ones, does not see)")
+        out.append(text)
+    return out
+
+
+# ---- projection beyond this machine (model output, never a measurement) ----
+
+def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit") -> float:
+    """Row ``r``'s step time predicted for ``p`` nodes at ``bw``: bytes and messages follow the
+    ring formulas for p; a gathering method decodes p payloads instead of r.nodes."""
+    p0 = r.nodes
+    reduce_bytes = (r.payload_bytes or 0) - (r.gather_bytes or 0)
+    ring0 = 2 * (p0 - 1) / p0 * reduce_bytes
+    gather_sent = ((r.expected_tx_bytes or 0) - ring0) / (p0 - 1)
+    tx = 2 * (p - 1) / p * reduce_bytes + (p - 1) * gather_sent
+    n = messages(r.reduce_calls or 0, r.gather_calls or 0, p)
+    whole = comm_time(tx, n, bw, latency_s, f.alpha_s, f.eta)
+    share = (r.tail_tx_bytes or 0) / r.expected_tx_bytes if r.expected_tx_bytes else 1.0
+    scaled = Phases(ph.compute, ph.optim, ph.encode, ph.decode * (p / p0 if r.gather_calls else 1.0))
+    return step_time(scaled, whole, whole * share, "overlap", f.lam, f.variant)
+
+
+def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) -> list[dict]:
+    """Per setting and method: predicted speedup over none at each (p, bw), and the break-even
+    bandwidth for each p, found by bisection in log-bandwidth between 1 Mbit/s and 1 Tbit/s."""
+    ph = phases(rows)
+    out = []
+    reps: dict[tuple, Row] = {}
+    for r in sorted((r for r in rows if r.nodes > 1 and r.expected_tx_bytes), key=lambda r: (r.mode != "overlap", -r.bw_bps)):
+        reps.setdefault((*_setting(r), r.latency_s, r.compressor), r)
+    for key, r in sorted(reps.items()):
+        none = reps.get((*key[:4], BASELINE))
+        if r.compressor == BASELINE or none is None:
+            continue
+        pm, pn = ph.get((*_setting(r), r.compressor)), ph.get((*_setting(none), BASELINE))
+        if pm is None or pn is None:
+            continue
+
+        def speedup(p: int, bw: float) -> float:
+            return _scaled(none, pn, p, bw, r.latency_s, f) / _scaled(r, pm, p, bw, r.latency_s, f)
+        entry = {"workload": r.workload, "batch_size": r.batch_size, "latency_s": r.latency_s, "measured_nodes": r.nodes,
+                 "compressor": r.compressor, "speedup": {}, "break_even_bps": {}}
+        for p in nodes:
+            for bw in bandwidths:
+                entry["speedup"][f"{p}@{bw:g}"] = speedup(p, bw)
+            entry["break_even_bps"][p] = _solve(lambda bw: speedup(p, bw) - 1)
+        out.append(entry)
+    return out
+
+
+def _solve(g, lo: float = 1e6, hi: float = 1e12) -> float | str:
+    """Bandwidth where ``g`` falls through 0; "above 1 Tbit/s" or "below 1 Mbit/s" at the ends."""
+    if g(hi) >= 0:
+        return "above 1 Tbit/s"
+    if g(lo) < 0:
+        return "below 1 Mbit/s"
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        m = (a + b) / 2
+        if g(math.exp(m)) >= 0:
+            a = m
+        else:
+            b = m
+    return math.exp((a + b) / 2)

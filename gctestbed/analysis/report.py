@@ -1,0 +1,157 @@
+"""The report of a results store: break-even table, model fit and projection, pictures, exports.
+
+``build`` analyses the store and writes into ``out``: one PNG per picture and group, a
+self-contained ``report.html`` (pictures embedded), ``cells.csv`` (one row per measured cell) and
+``report.json`` (everything the HTML shows, as data). The terminal table is drawn by the CLI from
+the same dictionary.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import html
+import json
+import os
+import re
+import time
+
+from . import breakeven, cells, model, plots
+from ..spec import format_duration, format_rate
+
+PROJECT_NODES = (8, 64, 256)
+PROJECT_BW = (1e9, 10e9, 100e9)
+CSV_FIELDS = ("run_id", "sweep", "repeat", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
+              "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
+              "busbw_fraction", "final_loss")
+
+
+def fmt_bw(bps: float | None) -> str:
+    """Three significant digits in tc's units: 4.63gbit."""
+    return "-" if bps is None else format_rate(float(f"{bps:.3g}"))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
+
+
+def analyse(rows: list[cells.Row]) -> dict:
+    curves = breakeven.curves(rows)
+    fits = {v: model.fit(rows, v) for v in model.VARIANTS}
+    main = fits["tail"]
+    groups = sorted({r.group for r in rows}, key=str)
+    best = breakeven.best_per_bandwidth(rows)
+    out = {
+        "generated_at": time.time(),
+        "cells": len(rows),
+        "groups": [{"label": cells.group_label(g), "key": list(g)} for g in groups],
+        "break_even": [{"group": cells.group_label(c.group), "compressor": c.compressor, "kind": c.crossing.kind,
+                        "bw_bps": c.crossing.bw_bps, "low_bps": c.crossing.low_bps, "high_bps": c.crossing.high_bps,
+                        "text": c.crossing.text(fmt_bw), "flags": c.flags,
+                        "points": [dataclasses.asdict(p) for p in c.points]} for c in curves],
+        "best": {cells.group_label(g): [{"bw_bps": bw, "compressor": label, "step_s": t} for bw, label, t in b]
+                 for g, b in best.items()},
+        "model": {},
+        "projection": None,
+    }
+    for variant, f in fits.items():
+        if f is None:
+            continue
+        out["model"][variant] = {
+            "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta, "median_abs_error": f.median_error,
+            "fit_median_abs_error": f.fit_error, "predicted_cells": sum(not p.fitted for p in f.predictions),
+            "misses": [{"group": cells.group_label(p.row.group), "compressor": p.row.compressor, "bw_bps": p.row.bw_bps,
+                        "measured_s": p.row.step_s, "predicted_s": p.predicted_s, "error": p.error, "why": p.why}
+                       for p in sorted(f.misses, key=lambda p: -abs(p.error))]}
+    if main is not None:
+        proj = model.project(rows, main, sorted({*PROJECT_NODES, *(r.nodes for r in rows)}), list(PROJECT_BW))
+        out["projection"] = {"label": "MODEL OUTPUT, not measured: the fitted model at node counts and bandwidths "
+                                      "this machine did not run (same per-node compute and batch, ring collectives)",
+                             "nodes": sorted({*PROJECT_NODES, *(r.nodes for r in rows)}), "bandwidths_bps": list(PROJECT_BW),
+                             "rows": proj}
+    return out
+
+
+def build(results_dir: str, out: str, sweep: str | None = None) -> dict:
+    """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``."""
+    rows = cells.load(results_dir, sweep)
+    if not rows:
+        raise cells.results.UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
+    os.makedirs(out, exist_ok=True)
+    report = analyse(rows)
+    report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
+    curves = breakeven.curves(rows)
+    pictures = []
+    for g in sorted({r.group for r in rows}, key=str):
+        slug = _slug(cells.group_label(g))
+        pictures.append(plots.step_times(rows, g, os.path.join(out, f"step-time_{slug}.png")))
+        if any(c.group == g for c in curves):
+            pictures.append(plots.speedups(curves, g, os.path.join(out, f"speedup_{slug}.png")))
+        pictures.append(plots.phases(rows, g, os.path.join(out, f"phases_{slug}.png")))
+        pictures.append(plots.losses(rows, g, os.path.join(out, f"loss_{slug}.png")))
+    fit = model.fit(rows, "tail")
+    if fit is not None and fit.predictions:
+        pictures.append(plots.model_fit(fit, os.path.join(out, "model.png")))
+    report["pictures"] = pictures
+    with open(os.path.join(out, "cells.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in rows:
+            w.writerow([getattr(r, k) for k in CSV_FIELDS])
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    with open(os.path.join(out, "report.html"), "w") as f:
+        f.write(render_html(report))
+    return report
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    cells_ = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{cells_}</table>")
+
+
+def render_html(report: dict) -> str:
+    """One page, no external files: pictures embedded as base64 PNG."""
+    parts = [f"<h1>gctestbed report</h1><p>{report['cells']} cells from {html.escape(report['results_dir'])}"
+             f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>",
+             "<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than none's; above it, slower "
+             "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
+             _table(["setting", "method", "break-even", "flags"],
+                    [[b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-"] for b in report["break_even"]])]
+    parts.append("<h2>Fastest method per bandwidth</h2>")
+    for group, best in report["best"].items():
+        parts.append(f"<h3>{html.escape(group)}</h3>" + _table(["bandwidth", "fastest", "step time"],
+                     [[fmt_bw(b["bw_bps"]), b["compressor"], f"{b['step_s'] * 1e3:.1f} ms"] for b in best]))
+    parts.append("<h2>Performance model</h2>")
+    for variant, m in report["model"].items():
+        err = m["median_abs_error"]
+        parts.append(f"<h3>{'with the last bucket outside the overlap' if variant == 'tail' else 'as in the issue: all communication hideable'}</h3>"
+                     f"<p>λ = {m['lambda']:.3f}, α = {m['alpha_s'] * 1e6:.0f} µs per message, η = {m['eta']:.3f} "
+                     f"(fitted on none, median |error| there {m['fit_median_abs_error']:.1%}); median |error| over the "
+                     f"{m['predicted_cells']} predicted cells: <b>{'-' if err is None else f'{err:.1%}'}</b>.</p>")
+        if m["misses"]:
+            parts.append("<p>Cells off by more than 10 %, and why:</p>" + _table(
+                ["setting", "method", "bandwidth", "measured", "model", "error", "why"],
+                [[x["group"], x["compressor"], fmt_bw(x["bw_bps"]), f"{x['measured_s'] * 1e3:.1f} ms",
+                  f"{x['predicted_s'] * 1e3:.1f} ms", f"{x['error']:+.0%}", x["why"]] for x in m["misses"]]))
+    proj = report.get("projection")
+    if proj and proj["rows"]:
+        most = proj["nodes"][-1]
+        parts.append(f"<h2>Projection</h2><p><b>{html.escape(proj['label'])}.</b></p>" + _table(
+            ["setting", "method"] + [f"break-even, {p} nodes" for p in proj["nodes"]]
+            + [f"speedup {p} nodes @ {fmt_bw(bw)}" for p in proj["nodes"][-1:] for bw in proj["bandwidths_bps"]],
+            [[f"{r['workload']}, batch {r['batch_size']}, latency {format_duration(r['latency_s'])}", r["compressor"]]
+             + [fmt_bw(v) if isinstance(v, float) else v for v in r["break_even_bps"].values()]
+             + [f"{r['speedup'][f'{most}@{bw:g}']:.2f}x" for bw in proj["bandwidths_bps"]]
+             for r in proj["rows"]]))
+    parts.append("<h2>Pictures</h2>")
+    for pic in report["pictures"]:
+        with open(pic["path"], "rb") as f:
+            data = base64.b64encode(f.read()).decode()
+        parts.append(f"<figure><img alt=\"{html.escape(pic['title'])}\" src=\"data:image/png;base64,{data}\">"
+                     f"<figcaption>{html.escape(pic['title'])}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+             "margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+             "img{max-width:100%}figure{margin:1.5em 0}")
+    return f"<!doctype html><html><head><meta charset=\"utf-8\"><title>gctestbed report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"

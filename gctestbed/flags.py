@@ -1,0 +1,70 @@
+"""From what users type to a RunSpec: flags parsed, checked and resolved, shared by run and sweep.
+
+Every value arrives as the text the user typed; each mistake becomes one SpecError sentence
+naming the accepted forms.
+"""
+
+from __future__ import annotations
+
+from . import compress, topofile, workloads
+from .spec import (LinkSpec, RunSpec, SpecError, parse_choice, parse_duration, parse_percent, parse_rate,
+                   resolve_options)
+
+
+def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
+               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
+               calibrate=True, accept_miss=False, kernels="native", mode="overlap", command=()) -> RunSpec:
+    """Everything typed on the command line, parsed and checked, as a RunSpec."""
+    comp_name, comp_options = compress.resolve(compressor)
+    wl_name, wl_options = resolve_workload(workload)
+    if command:
+        wl_name, wl_options = "command", {"argv": list(command)}
+        if mode != "overlap":
+            raise SpecError("--mode serial times gctestbed's own training loop: with '-- CMD' only overlap is possible.")
+        if compress.create(comp_name, comp_options).microbatches > 1:
+            raise SpecError(f"{comp_name} needs per-micro-batch statistics from gctestbed's own loop: "
+                            "use it with a built-in or pkg.module:function workload, not '-- CMD'.")
+    link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
+                    loss_pct=parse_percent(loss, "--loss"), bw_down_bps=parse_rate(bw_down) if bw_down else None)
+    topo = None
+    if topology_file:
+        topo = topofile.load(topology_file)
+        nodes = str(len(topo.nodes))
+    spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
+                   calibrate=calibrate, accept_miss=accept_miss,
+                   compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
+                   steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
+                   seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
+                   timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
+                   mode=mode, command=list(command))
+    spec.validate()
+    return spec
+
+
+def resolve_workload(text: str) -> tuple[str, dict]:
+    """``mlp:width=512`` -> ("mlp", typed options); ``pkg.module:function`` -> (that, {}) once it imports."""
+    if workloads.is_user_code(text):
+        try:
+            workloads.user_function(text)
+        except ValueError as e:
+            raise SpecError(f"{e}; see 'gctestbed run --help' for the workload contract.") from None
+        return text.strip(), {}
+    name, raw = parse_choice(text, "workload")
+    try:
+        return name, resolve_options(f"workload '{name}'", workloads.options_class(name), raw)
+    except KeyError as e:
+        raise SpecError(f"{e.args[0]}.") from None
+
+
+def _int(flag: str, text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise SpecError(f"{flag} must be a whole number, got '{text}'.") from None
+
+
+def _float(flag: str, text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise SpecError(f"{flag} must be a number, got '{text}'.") from None

@@ -1,0 +1,153 @@
+"""A sweep: the same training run over a grid of bandwidth, latency, compressor, nodes, workload,
+batch size and timing mode, each cell repeated, every cell a normal run in the results store.
+
+A sweep has a name (by default derived from its grid, so typing the same command again resumes
+it). Each cell's fate is kept in the store's ``sweep_cells`` table: a finished cell (ok, or
+failed: a real failure is a result) is never run again; a cell that was interrupted (Ctrl-C, or
+its sweep process died) is run again from the start, and its partial run stays in the store marked
+failed. Repeats are the outermost loop, so a cell's repeats are spread over the sweep's duration
+and slow drifts of the host do not line up with one method.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from . import flags, results, runner
+from .spec import RunSpec, SpecError
+
+AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode")
+CALIBRATE = ("first", "all", "none")
+
+# tuned where a method's default is tied to a gradient scale or to a long run (see docs/compressors.md):
+# DGC without its warm-up and PowerSGD from the first step, so a short run times the compressed steady state
+TWOBIT = "twobit:threshold=0.1"
+DGC = "dgc:ratio=0.001,warmup_epochs=0"
+POWERSGD = "powersgd:rank=4,start_iter=0"
+
+PRESETS: dict[str, dict] = {
+    # the FC-heavy mlp (3.2 M parameters, 12.6 MB of gradient, 4 DDP buckets of 5 MiB at most) on 2 nodes;
+    # about 10 minutes on 2 cores
+    "quick": {"axes": {"workload": ["mlp:width=1024,depth=3"], "batch_size": ["512"], "nodes": ["2"],
+                       "latency": ["0"], "bw": ["50mbit", "100mbit", "200mbit", "500mbit", "1gbit", "2gbit"],
+                       "compressor": ["none", "fp16", TWOBIT, DGC, POWERSGD], "mode": ["overlap", "serial"]},
+              "steps": 10, "repeat": 1, "bucket_cap_mb": "5"},
+    # every workload and the main families, 2 and 4 nodes, with and without latency: hours; resumable
+    "paper": {"axes": {"workload": ["mlp", "cnn", "lstm", "transformer"], "batch_size": ["64"], "nodes": ["2", "4"],
+                       "latency": ["0", "5ms"],
+                       "bw": ["10mbit", "25mbit", "50mbit", "100mbit", "250mbit", "500mbit", "1gbit", "2gbit"],
+                       "compressor": ["none", "fp16", POWERSGD, "topk", DGC, TWOBIT, "qsgd", "terngrad", "efsignsgd"],
+                       "mode": ["overlap", "serial"]},
+              "steps": 20, "repeat": 3},
+}
+
+
+@dataclass
+class Grid:
+    """The axes (each a list of values as typed) and what every cell shares."""
+
+    axes: dict[str, list[str]]
+    steps: int = 8
+    repeat: int = 1
+    lr: str = "0.05"
+    seed: str = "0"
+    bucket_cap_mb: str = "25"
+    timeout: str = "300s"
+    kernels: str = "native"
+    calibrate: str = "first"        # first: once per link setting in each invocation; all; none
+    accept_miss: bool = False
+    results_dir: str = "results"
+
+    def default_name(self) -> str:
+        """The same grid always gets the same name, so the same command resumes."""
+        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss")}
+        return "sweep-" + hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
+
+
+@dataclass
+class Cell:
+    params: dict[str, str]
+    repeat: int
+    spec: RunSpec
+    key: str = field(init=False)
+
+    def __post_init__(self):
+        self.key = json.dumps(self.params, sort_keys=True)
+
+    @property
+    def link(self) -> tuple:
+        return (self.spec.nodes, self.spec.link.bw_bps, self.spec.link.latency_s)
+
+
+def from_preset(name: str, **shared) -> Grid:
+    if name not in PRESETS:
+        raise SpecError(f"unknown preset '{name}'; available: {', '.join(PRESETS)}.")
+    p = PRESETS[name]
+    return Grid(axes={k: list(v) for k, v in p["axes"].items()}, steps=p["steps"], repeat=p["repeat"],
+                bucket_cap_mb=p.get("bucket_cap_mb", "25"), **shared)
+
+
+def plan(grid: Grid) -> list[Cell]:
+    """Every cell with its RunSpec, checked before anything runs (a typo fails the sweep at once)."""
+    if grid.repeat < 1 or grid.steps < 1:
+        raise SpecError("--repeat and --steps must be at least 1.")
+    if grid.calibrate not in CALIBRATE:
+        raise SpecError(f"--calibrate must be one of {', '.join(CALIBRATE)}.")
+    for axis in AXES:
+        if not grid.axes.get(axis):
+            raise SpecError(f"the sweep has no value for {axis}.")
+    cells = []
+    for repeat in range(grid.repeat):
+        for values in itertools.product(*(grid.axes[a] for a in AXES)):
+            params = dict(zip(AXES, values))
+            spec = flags.build_spec(nodes=params["nodes"], bw=params["bw"], latency=params["latency"],
+                                    compressor=params["compressor"], workload=params["workload"], steps=str(grid.steps),
+                                    batch_size=params["batch_size"], lr=grid.lr, seed=grid.seed,
+                                    bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
+                                    calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,
+                                    kernels=grid.kernels, mode=params["mode"])
+            cells.append(Cell(params, repeat, spec))
+    return cells
+
+
+def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = False) -> list[Cell]:
+    """The cells still to run: never started, interrupted, or (with ``retry_failed``) failed."""
+    conn = results.connect(results_dir)
+    rerun = {None, "running", "interrupted"} | ({"failed"} if retry_failed else set())
+    left = [c for c in cells if results.cell_status(conn, name, c.key, c.repeat) in rerun]
+    conn.close()
+    return left
+
+
+def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], None] = lambda c: None,
+        on_done: Callable[[Cell, dict], None] = lambda c, s: None) -> dict[str, int]:
+    """Run ``cells`` of sweep ``name`` in order. Ctrl-C (runner.Interrupted or KeyboardInterrupt)
+    marks the current cell interrupted and propagates; the store stays resumable."""
+    conn = results.connect(grid.results_dir)
+    calibrated: set[tuple] = set()
+    counts = {"ok": 0, "failed": 0}
+    current: Cell | None = None
+    try:
+        for cell in cells:
+            current = cell
+            cell.spec.calibrate = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
+            results.mark_cell(conn, name, cell.key, cell.repeat, "running")
+            on_start(cell)
+            summary = runner.run(cell.spec)
+            if cell.spec.calibrate:
+                calibrated.add(cell.link)
+            results.mark_cell(conn, name, cell.key, cell.repeat, summary["status"], summary["run_id"])
+            counts[summary["status"]] += 1
+            current = None
+            on_done(cell, summary)
+    except (runner.Interrupted, KeyboardInterrupt):
+        if current is not None:
+            results.mark_cell(conn, name, current.key, current.repeat, "interrupted", current.spec.run_id or None)
+        raise
+    finally:
+        conn.close()
+    return counts

@@ -1,0 +1,111 @@
+"""Sweeps: the grid, resuming, Ctrl-C; a real small sweep end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from gctestbed import results, sweep
+from gctestbed.spec import SpecError
+from helpers import SMALL, gctestbed, leftovers, start
+
+
+def _grid(tmp_path, **axes) -> sweep.Grid:
+    base = {"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["1gbit", "500mbit"],
+            "compressor": ["none", "fp16"], "mode": ["overlap"]}
+    return sweep.Grid(axes={**base, **axes}, steps=3, repeat=2, calibrate="none", results_dir=str(tmp_path))
+
+
+def test_plan_is_the_product_with_repeats_outermost(tmp_path):
+    cells = sweep.plan(_grid(tmp_path))
+    assert len(cells) == 8
+    assert [c.repeat for c in cells] == [0] * 4 + [1] * 4
+    assert len({(c.key, c.repeat) for c in cells}) == 8
+    assert {c.spec.compressor for c in cells} == {"none", "fp16"}
+    assert cells[0].spec.link.bw_bps == 1_000_000_000
+
+
+def test_a_typo_anywhere_fails_before_anything_runs(tmp_path):
+    with pytest.raises(SpecError, match="unknown compressor 'fp61'"):
+        sweep.plan(_grid(tmp_path, compressor=["none", "fp61"]))
+    with pytest.raises(SpecError, match="bandwidth"):
+        sweep.plan(_grid(tmp_path, bw=["100mb"]))
+    with pytest.raises(SpecError, match="no value for mode"):
+        sweep.plan(_grid(tmp_path, mode=[]))
+
+
+def test_the_same_grid_has_the_same_name(tmp_path):
+    assert _grid(tmp_path).default_name() == _grid(tmp_path / "elsewhere").default_name()
+    assert _grid(tmp_path).default_name() != _grid(tmp_path, bw=["1gbit"]).default_name()
+
+
+def test_resume_reruns_only_unfinished_cells(tmp_path):
+    cells = sweep.plan(_grid(tmp_path))
+    conn = results.connect(str(tmp_path))
+    for cell, status in zip(cells, ["ok", "failed", "interrupted", "running"]):
+        results.mark_cell(conn, "s", cell.key, cell.repeat, status, "r")
+    conn.close()
+    left = sweep.todo(cells, "s", str(tmp_path))
+    assert left == cells[2:]                       # interrupted, died while running, never started
+    assert sweep.todo(cells, "s", str(tmp_path), retry_failed=True) == cells[1:]
+    assert sweep.todo(cells, "other", str(tmp_path)) == cells
+
+
+def test_presets_plan_and_quick_covers_the_issue_methods(tmp_path):
+    quick = sweep.plan(sweep.from_preset("quick", results_dir=str(tmp_path)))
+    methods = {c.spec.compressor for c in quick}
+    assert {"none", "fp16", "twobit", "dgc", "powersgd"} <= methods
+    assert {c.spec.mode for c in quick} == {"overlap", "serial"}
+    assert sweep.plan(sweep.from_preset("paper", results_dir=str(tmp_path)))
+
+
+def test_cli_refuses_bad_axes_in_one_sentence(tmp_path):
+    proc = gctestbed("sweep", "--compressor", "none;nope", "--results", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown compressor 'nope'" in proc.stderr
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_path, state_dir):
+    args = ["sweep", "--workload", SMALL, "--batch-size", "16", "--nodes", "2", "--bw", "1gbit,200mbit",
+            "--compressor", "none;fp16", "--mode", "overlap,serial", "--steps", "12", "--calibrate", "none",
+            "--results", str(tmp_path)]
+    proc = start(*args)
+    conn = results.connect(str(tmp_path))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:          # wait until the second cell is training
+        done = conn.execute("SELECT COUNT(*) FROM sweep_cells WHERE status='ok'").fetchone()[0]
+        training = conn.execute("SELECT COUNT(*) FROM runs JOIN steps USING (run_id) WHERE status='running'").fetchone()[0]
+        if done >= 1 and training:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "resume" in err
+    statuses = [r["status"] for r in conn.execute("SELECT status FROM sweep_cells")]
+    assert "interrupted" in statuses and "running" not in statuses
+    interrupted_run = conn.execute("SELECT run_id FROM sweep_cells WHERE status='interrupted'").fetchone()["run_id"]
+    assert leftovers(interrupted_run) == []
+    proc = gctestbed(*args, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = conn.execute("SELECT cell, repeat, status, run_id FROM sweep_cells").fetchall()
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
+    assert len({r["run_id"] for r in rows}) == 8
+    # the interrupted attempt stays in the store as a failed run; every cell's run is complete
+    assert conn.execute("SELECT status, error FROM runs WHERE run_id=?", (interrupted_run,)).fetchone()["status"] == "failed"
+    for r in rows:
+        assert conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (r["run_id"],)).fetchone()[0] == 24
+        assert leftovers(r["run_id"]) == []
+    conn.close()
+    proc = gctestbed(*args)                        # a finished sweep runs nothing again
+    assert proc.returncode == 0 and "8 already done, 0 to run" in proc.stderr
+    rep = gctestbed("report", str(tmp_path), "--out", str(tmp_path / "report"))
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert {b["compressor"] for b in data["break_even"]} == {"fp16"}

@@ -1,0 +1,170 @@
+"""Built-in workloads, users' own (pkg.module:function), and users' own DDP scripts (-- CMD)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import textwrap
+
+import pytest
+import torch
+
+from gctestbed import workloads
+from gctestbed.workloads import text
+from helpers import SMALL, gctestbed, leftovers, show
+
+TINY = {"mlp": {"width": 64, "depth": 2, "input_dim": 32}, "cnn": {"width": 8}, "lstm": {"hidden": 32, "layers": 1, "seq_len": 16, "corpus_mb": 0.2},
+        "transformer": {"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, "corpus_mb": 0.2}}
+
+USER_MODULE = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    def make(rank, world, batch_size, seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
+        g = torch.Generator().manual_seed(1000 + rank)
+        def batches():
+            while True:
+                x = torch.randn(batch_size, 20, generator=g)
+                yield x, (x[:, 0] > 0).long()
+        return model, batches(), nn.functional.cross_entropy
+''')
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_builtin_workloads_learn_and_start_identical(name):
+    opts = dataclasses.asdict(workloads.options_class(name)(**TINY[name]))
+    a = workloads.build(name, opts, seed=3, rank=0, batch_size=8)
+    b = workloads.build(name, opts, seed=3, rank=1, batch_size=8)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(pa, pb)                              # replicas start identical
+    xa, _ = next(a.batches)
+    xb, _ = next(b.batches)
+    assert not torch.equal(xa, xb)                              # each rank its own data
+    opt = torch.optim.SGD(a.model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(25):
+        x, y = next(a.batches)
+        loss = a.loss_fn(a.model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) < sum(losses[:5])
+    metrics = a.evaluate(a.model)
+    assert 0 <= metrics["accuracy"] <= 1 and metrics["loss"] > 0
+
+
+def test_language_models_read_the_standard_library():
+    data = bytes(text.corpus(200_000).tolist())
+    assert len(data) == 200_000 and b"def " in data and b"import " in data
+
+
+def test_out_of_range_options_are_refused():
+    with pytest.raises(ValueError, match="heads must divide"):
+        workloads.options_class("transformer")(d_model=30, heads=4)
+
+
+def test_user_workload_contract(tmp_path, monkeypatch):
+    (tmp_path / "mywork.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert workloads.is_user_code("mywork:make") and not workloads.is_user_code("mlp:width=3")
+    w = workloads.build("mywork:make", {}, seed=0, rank=1, batch_size=4, world=2)
+    x, y = next(w.batches)
+    assert x.shape == (4, 20) and w.evaluate(w.model) == {"loss": None, "accuracy": None}
+    with pytest.raises(ValueError, match="has no function nope"):
+        workloads.user_function("mywork:nope")
+
+
+def test_cli_names_a_missing_user_module_in_one_sentence(tmp_path):
+    proc = gctestbed("run", "--workload", "no_such_module:make", "--results", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cannot import no_such_module" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_user_workload_trains_on_real_nodes(tmp_path, state_dir):
+    (tmp_path / "mywork.py").write_text(USER_MODULE)
+    proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", "mywork:make", "--steps", "5",
+                     "--no-calibrate", "--results", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path / "r")
+    assert s["status"] == "ok" and s["steps_recorded"] == 5 and s["params_identical"] is True
+    assert s["workload"] == "mywork:make"
+
+
+TRAIN_SCRIPT = textwrap.dedent('''
+    """An ordinary DDP script: the only gctestbed line is install()."""
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import gctestbed
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4)))
+    gctestbed.install(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(6):
+        x = torch.randn(32, 256, generator=g)
+        loss = torch.nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("done", dist.get_rank())
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_users_own_ddp_script_runs_unchanged_with_the_compressor(tmp_path, state_dir):
+    (tmp_path / "train.py").write_text(TRAIN_SCRIPT)
+    proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--compressor", "fp16", "--steps", "6", "--no-calibrate",
+                     "--results", str(tmp_path / "r"), "--", "python", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path / "r")
+    assert s["status"] == "ok" and s["steps_recorded"] == 6 and s["workload"] == "command"
+    grads = 256 * 512 + 512 + 512 * 4 + 4
+    assert s["payload_bytes_per_step"] == grads * 2                 # fp16 on the wire: the hook is installed
+    assert s["params_identical"] is True
+    assert leftovers(s["run_id"]) == []
+    # every rank's steps are recorded, not only rank 0's
+    conn = sqlite3.connect(tmp_path / "r" / "gctestbed.sqlite")
+    assert conn.execute("SELECT COUNT(*) FROM steps WHERE rank=1").fetchone()[0] == 6
+
+
+def test_install_does_nothing_outside_gctestbed(monkeypatch):
+    import gctestbed
+    monkeypatch.delenv("GCTESTBED_SPEC", raising=False)
+    assert gctestbed.install(object()) is None
+
+
+def test_serial_mode_with_a_command_is_refused(tmp_path):
+    proc = gctestbed("run", "--mode", "serial", "--results", str(tmp_path), "--", "python", "train.py")
+    assert proc.returncode == 2 and "only overlap" in proc.stderr
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_serial_mode_times_each_phase_and_trains_exactly_like_overlap(tmp_path, state_dir):
+    runs = {}
+    for mode in ("overlap", "serial"):
+        proc = gctestbed("run", "--nodes", "2", "--bw", "200mbit", "--workload", SMALL, "--compressor", "twobit",
+                         "--steps", "5", "--mode", mode, "--no-calibrate", "--results", str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+        runs[mode] = show(tmp_path)
+    conn = sqlite3.connect(tmp_path / "gctestbed.sqlite")
+    losses = {m: [r[0] for r in conn.execute("SELECT loss FROM steps WHERE run_id=? AND rank=0 ORDER BY step", (s["run_id"],))]
+              for m, s in runs.items()}
+    assert losses["overlap"] == losses["serial"]
+    s = runs["serial"]
+    assert s["mode"] == "serial" and s["params_identical"] is True
+    assert s["median_encode_s"] > 0 and s["median_decode_s"] > 0 and s["median_comm_s"] > 0
+    # serial: the phases add up to the step (compute, encode, collectives, decode, optimizer, small glue)
+    parts = s["median_compute_s"] + s["median_encode_s"] + s["median_comm_s"] + s["median_decode_s"] + s["median_optim_s"]
+    assert 0.8 * s["median_step_s"] <= parts <= 1.1 * s["median_step_s"]
