@@ -150,6 +150,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
 @click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
 @click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
+@click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
 @click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
               help="Compressor kernels, as for run.")
 @click.option("--lr", default="0.05", show_default=True, help="SGD learning rate.")
@@ -161,7 +162,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
-def sweep(preset, steps, repeat, kernel_mode, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
@@ -175,6 +176,7 @@ def sweep(preset, steps, repeat, kernel_mode, lr, seed, calibrate, accept_miss, 
             grid.axes[axis] = _axis_values(axis, given)
     grid.steps = steps if steps is not None else grid.steps
     grid.repeat = repeat if repeat is not None else grid.repeat
+    grid.bucket_cap_mb = bucket_cap_mb if bucket_cap_mb is not None else grid.bucket_cap_mb
     name = name or grid.default_name()
     cells = sweep_.plan(grid)
     left = sweep_.todo(cells, name, results_dir, retry_failed)
@@ -228,6 +230,8 @@ def report(results_dir, out, sweep_name, as_json):
     for b in r["break_even"]:
         table.add_row(b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-")
     terminal.print(table)
+    for group, best in r["best"].items():
+        terminal.print(f"fastest, {group}: " + ", ".join(f"{report_.fmt_bw(b['bw_bps'])} {b['compressor']}" for b in best))
     for variant, m in r["model"].items():
         err = m["median_abs_error"]
         terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
