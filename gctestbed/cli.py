@@ -103,10 +103,10 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     in it installs --compressor and records each step (see docs/guide.md).
     """
     spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                      latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
-                      workload="mlp" if command else workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                      bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
-                      accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command))
+                            latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
+                            workload=workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                            bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
+                            accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command))
     console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
@@ -232,11 +232,12 @@ def report(results_dir, out, sweep_name, as_json):
     terminal.print(table)
     for group, best in r["best"].items():
         terminal.print(f"fastest, {group}: " + ", ".join(f"{report_.fmt_bw(b['bw_bps'])} {b['compressor']}" for b in best))
+    if not r["model"]:
+        terminal.print(report_.NO_MODEL)
     for variant, m in r["model"].items():
-        err = m["median_abs_error"]
         terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
-                       f"median |error| {'-' if err is None else f'{err:.1%}'} over {m['predicted_cells']} predicted cells, "
-                       f"{len(m['misses'])} off by more than 10 %")
+                       f"median |error| {report_.pct(m['median_abs_error'])} over {m['predicted_cells']} predicted cells, "
+                       f"{len(m['misses'])} off by more than 10 % (each with its reason in report.html)")
     if r["projection"] and r["projection"]["rows"]:
         proj = r["projection"]
         table = Table(title=f"projected break-even bandwidth: {proj['label']}")
@@ -281,9 +282,9 @@ def clean():
 
 def _network_spec(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file) -> RunSpec:
     return flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                      latency_impl=latency_impl, topology_file=topology_file, compressor="none", workload="mlp",
-                      steps="1", batch_size="1", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
-                      results_dir="results")
+                            latency_impl=latency_impl, topology_file=topology_file, compressor="none", workload="mlp",
+                            steps="1", batch_size="1", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
+                            results_dir="results")
 
 
 @main.command()

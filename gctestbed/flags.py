@@ -16,8 +16,9 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
                calibrate=True, accept_miss=False, kernels="native", mode="overlap", command=()) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
-    wl_name, wl_options = resolve_workload(workload)
-    if command:
+    if not command:
+        wl_name, wl_options = resolve_workload(workload)
+    else:                           # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":
             raise SpecError("--mode serial times gctestbed's own training loop: with '-- CMD' only overlap is possible.")

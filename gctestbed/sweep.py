@@ -138,8 +138,8 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
             summary = runner.run(cell.spec)
-            if cell.spec.calibrate:
-                calibrated.add(cell.link)
+            if cell.spec.calibrate and not summary["calibration_missed"]:
+                calibrated.add(cell.link)          # a link that missed is measured again at its next cell
             results.mark_cell(conn, name, cell.key, cell.repeat, summary["status"], summary["run_id"])
             counts[summary["status"]] += 1
             current = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import os
 
-import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from . import compress
@@ -76,5 +75,4 @@ def install(model: DistributedDataParallel) -> hook.HookState | None:
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     comm = hook.install(model, compressor)
     StepRecorder(model, spec, comm, os.environ.get("GCTESTBED_IFNAME", "eth0"))
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     return comm

@@ -124,3 +124,14 @@ def test_report_of_an_empty_store_is_one_sentence(tmp_path):
     proc = gctestbed("report", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_report_without_serial_cells_or_without_none_says_what_is_missing(tmp_path):
+    synthetic.fill(str(tmp_path / "overlap"), modes=("overlap",))
+    r = report.build(str(tmp_path / "overlap"), str(tmp_path / "out1"))
+    assert r["model"] == {} and r["break_even"]
+    assert "no model" in (tmp_path / "out1" / "report.html").read_text()
+    synthetic.fill(str(tmp_path / "nonone"), methods=("fp16", "twobit"))
+    r = report.build(str(tmp_path / "nonone"), str(tmp_path / "out2"))
+    assert r["break_even"] == [] and r["pictures"]
+    assert "defaults, not fits" in (tmp_path / "out2" / "report.html").read_text()

@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from .cells import Row
+from .cells import GROUP, Row
 
 BASELINE = "none"
 WORSE_LOSS = 1.05        # a final loss more than 5 % above none's counts as converging worse
@@ -99,7 +99,7 @@ def _crossing(points: list[Point]) -> Crossing:
 def curves(rows: list[Row]) -> list[Curve]:
     """Every method's speedup curve and break-even in every group that has ``none``."""
     out = []
-    for group, members in _by(rows, "workload", "nodes", "latency_s", "batch_size", "mode").items():
+    for group, members in _by(rows, *GROUP).items():
         by_method = _by(members, "compressor")
         base = {bw: [r.step_s for r in rs] for (bw,), rs in _by(by_method.get((BASELINE,), []), "bw_bps").items()}
         if not base:
@@ -146,7 +146,7 @@ def _convergence_flags(curve: Curve, cell_rows: list[Row], base_rows: list[Row])
 def best_per_bandwidth(rows: list[Row]) -> dict[tuple, list[tuple[int, str, float]]]:
     """Per group: at each bandwidth the method with the lowest median step time."""
     out: dict[tuple, list] = {}
-    for group, members in _by(rows, "workload", "nodes", "latency_s", "batch_size", "mode").items():
+    for group, members in _by(rows, *GROUP).items():
         best = []
         for (bw,), cell in sorted(_by(members, "bw_bps").items()):
             times = {label: statistics.median(r.step_s for r in rs) for (label,), rs in _by(cell, "compressor").items()}

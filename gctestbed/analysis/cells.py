@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from .. import results
-from ..spec import RunSpec
+from ..spec import RunSpec, UserError
 
 GROUP = ("workload", "nodes", "latency_s", "batch_size", "mode")
 
@@ -24,7 +24,7 @@ class Row:
     sweep: str | None
     repeat: int
     workload: str           # as typed, with options
-    compressor: str         # as typed, with options: the label a method goes by
+    compressor: str         # as typed in the sweep, with options (outside a sweep: the name): a method's label
     method: str             # the compressor's registry name
     nodes: int
     bw_bps: int
@@ -60,18 +60,13 @@ def group_label(group: tuple) -> str:
     return f"{workload}, {nodes} nodes, latency {format_duration(latency_s)}, batch {batch}, {mode}"
 
 
-def _label(spec: RunSpec) -> str:
-    """A run outside a sweep: the method's name (its options are in the spec)."""
-    return spec.compressor
-
-
 def load(results_dir: str, sweep: str | None = None) -> list[Row]:
     """Every finished cell of ``sweep`` (or of all sweeps); a store without sweeps gives its ok runs."""
     conn = results.connect(results_dir, create=False)
     cells = results.sweep_runs(conn, sweep)
     if sweep and not cells:
         names = [r[0] for r in conn.execute("SELECT DISTINCT sweep FROM sweep_cells")]
-        raise results.UserError(f"sweep '{sweep}' has no finished cells in {results_dir}"
+        raise UserError(f"sweep '{sweep}' has no finished cells in {results_dir}"
                                 + (f"; it has: {', '.join(names)}." if names else "."))
     if cells:
         pairs = [(c["run_id"], c["sweep"], c["repeat"], json.loads(c["cell"])) for c in cells]
@@ -88,7 +83,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
             workload=params["workload"] if params else spec.workload,
-            compressor=params["compressor"] if params else _label(spec), method=spec.compressor,
+            compressor=params["compressor"] if params else spec.compressor, method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,
             mode=spec.mode, step_s=s["median_step_s"], compute_s=s["median_compute_s"], optim_s=s["median_optim_s"],
             encode_s=s["median_encode_s"], decode_s=s["median_decode_s"], comm_s=s["median_comm_s"],

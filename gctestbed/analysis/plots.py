@@ -31,14 +31,18 @@ def _rate(x: float, _pos=None) -> str:
     return f"{x:g} bit/s"
 
 
-def _bandwidth_axis(ax, bws) -> None:
-    """Log x-axis ticked at the measured bandwidths, labelled in bits per second."""
+def _against_bandwidth(ax, bws, ylabel: str) -> None:
+    """Log-log axes: x ticked at the measured bandwidths, labelled in bits per second."""
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xticks(sorted(set(bws)))
     ax.xaxis.set_major_formatter(FuncFormatter(_rate))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="x", labelsize=7)
     ax.set_xlabel("link bandwidth")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _save(fig, path: str, title: str) -> dict:
@@ -64,11 +68,7 @@ def step_times(rows: list[Row], group: tuple, path: str) -> dict:
     for label in sorted(colours):
         pts = sorted((r.bw_bps, r.step_s) for r in members if r.compressor == label)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colours[label], label=label, markersize=4)
-    _bandwidth_axis(ax, [r.bw_bps for r in members])
-    ax.set_yscale("log")
-    ax.set_ylabel("median step time (s)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    _against_bandwidth(ax, [r.bw_bps for r in members], "median step time (s)")
     return _save(fig, path, f"step time: {group_label(group)}")
 
 
@@ -86,11 +86,7 @@ def speedups(curves: list[Curve], group: tuple, path: str) -> dict:
             ax.axvline(c.crossing.bw_bps, color=colours[c.compressor], linestyle=":", linewidth=1)
             ax.plot([c.crossing.bw_bps], [1.0], "x", color=colours[c.compressor], markersize=9, mew=2)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    _bandwidth_axis(ax, [p.bw_bps for c in mine for p in c.points])
-    ax.set_yscale("log")
-    ax.set_ylabel("speedup over none (x)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    _against_bandwidth(ax, [p.bw_bps for c in mine for p in c.points], "speedup over none (x)")
     return _save(fig, path, f"speedup, break-even marked x: {group_label(group)}")
 
 

@@ -18,8 +18,10 @@ import re
 import time
 
 from . import breakeven, cells, model, plots
-from ..spec import format_duration, format_rate
+from ..spec import UserError, format_duration, format_rate
 
+NO_MODEL = ("no model: it takes compute, encode and decode times from serial cells; sweep with --mode overlap,serial "
+            "(and include none) to fit it")
 PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
@@ -30,6 +32,10 @@ CSV_FIELDS = ("run_id", "sweep", "repeat", "workload", "compressor", "nodes", "b
 def fmt_bw(bps: float | None) -> str:
     """Three significant digits in tc's units: 4.63gbit."""
     return "-" if bps is None else format_rate(float(f"{bps:.3g}"))
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
 
 
 def _slug(text: str) -> str:
@@ -77,7 +83,7 @@ def build(results_dir: str, out: str, sweep: str | None = None) -> dict:
     """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``."""
     rows = cells.load(results_dir, sweep)
     if not rows:
-        raise cells.results.UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
+        raise UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
     os.makedirs(out, exist_ok=True)
     report = analyse(rows)
     report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
@@ -124,12 +130,16 @@ def render_html(report: dict) -> str:
         parts.append(f"<h3>{html.escape(group)}</h3>" + _table(["bandwidth", "fastest", "step time"],
                      [[fmt_bw(b["bw_bps"]), b["compressor"], f"{b['step_s'] * 1e3:.1f} ms"] for b in best]))
     parts.append("<h2>Performance model</h2>")
+    if not report["model"]:
+        parts.append(f"<p>{html.escape(NO_MODEL)}</p>")
     for variant, m in report["model"].items():
-        err = m["median_abs_error"]
         parts.append(f"<h3>{'with the last bucket outside the overlap' if variant == 'tail' else 'as in the issue: all communication hideable'}</h3>"
                      f"<p>λ = {m['lambda']:.3f}, α = {m['alpha_s'] * 1e6:.0f} µs per message, η = {m['eta']:.3f} "
-                     f"(fitted on none, median |error| there {m['fit_median_abs_error']:.1%}); median |error| over the "
-                     f"{m['predicted_cells']} predicted cells: <b>{'-' if err is None else f'{err:.1%}'}</b>.</p>")
+                     f"(fitted on none, median |error| there {pct(m['fit_median_abs_error'])}); median |error| over "
+                     f"the {m['predicted_cells']} predicted cells: <b>{pct(m['median_abs_error'])}</b>.</p>")
+        if not m["fit_median_abs_error"]:
+            parts.append("<p>There were no <code>none</code> cells in both modes to fit on: λ = 1, α = 0 and η = 1 "
+                         "are defaults, not fits.</p>")
         if m["misses"]:
             parts.append("<p>Cells off by more than 10 %, and why:</p>" + _table(
                 ["setting", "method", "bandwidth", "measured", "model", "error", "why"],
