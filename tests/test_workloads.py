@@ -154,7 +154,7 @@ def test_serial_mode_with_a_command_is_refused(tmp_path):
 def test_serial_mode_times_each_phase_and_trains_exactly_like_overlap(tmp_path, state_dir):
     runs = {}
     for mode in ("overlap", "serial"):
-        proc = gctestbed("run", "--nodes", "2", "--bw", "200mbit", "--workload", SMALL, "--compressor", "twobit",
+        proc = gctestbed("run", "--nodes", "2", "--bw", "20mbit", "--workload", SMALL, "--compressor", "twobit",
                          "--steps", "5", "--mode", mode, "--no-calibrate", "--results", str(tmp_path))
         assert proc.returncode == 0, proc.stderr
         runs[mode] = show(tmp_path)
@@ -165,6 +165,9 @@ def test_serial_mode_times_each_phase_and_trains_exactly_like_overlap(tmp_path, 
     s = runs["serial"]
     assert s["mode"] == "serial" and s["params_identical"] is True
     assert s["median_encode_s"] > 0 and s["median_decode_s"] > 0 and s["median_comm_s"] > 0
-    # serial: the phases add up to the step (compute, encode, collectives, decode, optimizer, small glue)
-    parts = s["median_compute_s"] + s["median_encode_s"] + s["median_comm_s"] + s["median_decode_s"] + s["median_optim_s"]
-    assert 0.8 * s["median_step_s"] <= parts <= 1.1 * s["median_step_s"]
+    # serial: on every rank the phases add up to its step (compute, encode, collectives, decode,
+    # optimizer, and a little glue between them)
+    ratios = sorted((r[1] + r[2] + r[3] + r[4] + r[5]) / r[0] for r in conn.execute(
+        "SELECT step_s, compute_s, encode_s, comm_s, decode_s, optim_s FROM steps WHERE run_id=? AND step>0",
+        (s["run_id"],)))
+    assert 0.9 <= ratios[len(ratios) // 2] <= 1.0, ratios
