@@ -19,8 +19,8 @@ from rich.table import Table
 from . import compress, doctor, flags, results, runner, testbed
 from . import sweep as sweep_
 from .net import calibrate as calibration
-from .spec import (KERNEL_MODES, MAX_NODES, TIMING_MODES, RunSpec, SpecError, UserError, format_duration, format_rate,
-                   parse_duration, parse_rate)
+from .spec import (KERNEL_MODES, LAUNCHERS, MAX_NODES, TIMING_MODES, Direction, LinkSpec, RunSpec, SpecError, UserError,
+                   format_duration, format_rate, parse_duration, parse_percent, parse_rate)
 
 console = Console(stderr=True)
 
@@ -86,6 +86,9 @@ _NETWORK_OPTIONS = [
 @click.option("--mode", type=click.Choice(TIMING_MODES), default="overlap", show_default=True,
               help="overlap: communicate in DDP's hook during backward (production); serial: after backward, "
                    "compress, communicate, decompress, each phase timed.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True,
+              help="netns: nodes are network namespaces on this host; docker: containers of the gctestbed-node "
+                   "image ('gctestbed image build'), shaped the same way.")
 @click.option("--steps", default="20", show_default=True, help="Training steps (with -- CMD: the steps expected, for progress).")
 @click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
 @click.option("--lr", default="0.05", show_default=True, help="SGD learning rate (momentum 0.9).")
@@ -95,7 +98,7 @@ _NETWORK_OPTIONS = [
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        kernel_mode, workload, mode, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir, command):
+        kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir, command):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -106,8 +109,9 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
                             workload=workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
-                            accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command))
-    console.print(f"[bold]gctestbed[/] {spec.nodes} nodes, {format_rate(spec.link.bw_bps)}, "
+                            accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
+                            launcher=launcher)
+    console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -470,6 +474,55 @@ def bench_kernels_table(report: dict) -> Table:
         table.add_row(r["kernel"], f"{r['native_ms']:.2f}", f"{r['reference_ms']:.1f}", f"{r['speedup']:.1f}x",
                       f"{r['gbps']:.1f}", f"{r['pct_copy']:.0f}", f"{r['vs_topk']:.1f}x" if "vs_topk" in r else "")
     return table
+
+
+@main.command()
+@click.option("--dev", required=True, help="The interface to shape, e.g. eth0 (a real NIC, or a container's).")
+@click.option("--bw", required=True, help="Egress rate, in tc's units (mbit = bits/s, mbps = BYTES/s).")
+@click.option("--latency", default="0", show_default=True, help="One-way delay added on egress (needs netem).")
+@click.option("--jitter", default="0", show_default=True, help="Delay variation (needs netem).")
+@click.option("--loss", default="0", show_default=True, help="Packet loss in percent (needs netem).")
+@click.option("--force", is_flag=True, help="Replace a qdisc gctestbed did not make (unshape puts it back).")
+def shape(dev, bw, latency, jitter, loss, force):
+    """Shape the egress of interface DEV as a gctestbed link; 'gctestbed unshape' restores what was there."""
+    from .launch.state import state_dir
+    from .net import nic
+    link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
+                    loss_pct=parse_percent(loss, "--loss"))
+    link.validate()
+    before = nic.shape(dev, Direction(link.bw_bps, link.latency_s, link.jitter_s, link.loss_pct), state_dir(), force)
+    click.echo(f"shaped {dev}: {format_rate(link.bw_bps)}, latency {format_duration(link.latency_s)} "
+               f"(saved its {before['kind'] or 'default'} qdisc for unshape)")
+
+
+@main.command()
+@click.option("--dev", required=True, help="The interface 'gctestbed shape' shaped.")
+def unshape(dev):
+    """Remove gctestbed's shaping from DEV and put back the qdisc it had before."""
+    from .launch.state import state_dir
+    from .net import nic
+    before = nic.unshape(dev, state_dir())
+    click.echo(f"unshaped {dev}: its {before['kind'] or 'default'} qdisc is back")
+
+
+@main.group(name="image")
+def image_group():
+    """The gctestbed-node image the docker launcher runs."""
+
+
+@image_group.command(name="build")
+@click.option("--gpu", is_flag=True, help="The CUDA image (docker/Dockerfile.gpu) instead of the CPU one.")
+@click.option("--offline/--online", default=None,
+              help="Offline: an empty imported base that runs this host's Python through read-only mounts; online: "
+                   "the Dockerfile. Default: online when the registry answers, else offline.")
+def image_build(gpu, offline):
+    """Build gctestbed-node:cpu (or :gpu) from docker/Dockerfile.*, or offline where no registry is reachable."""
+    from .launch import image
+    with console.status("building the image") as status:
+        built = image.build(gpu=gpu, offline=offline, on_phase=lambda text: status.update(text))
+    how = "offline: this host's Python, mounted read-only: " + ", ".join(built["host_mounts"]) if built["offline"] \
+        else f"from docker/{image.DOCKERFILES[gpu]}"
+    click.echo(f"built {built['tag']} ({how})")
 
 
 @main.group(name="kernels")

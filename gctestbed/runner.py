@@ -43,7 +43,7 @@ def environment() -> dict:
                 if line.startswith("model name")), platform.processor())
     return {"hostname": socket.gethostname(), "kernel": platform.release(), "python": platform.python_version(),
             "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": version("gctestbed"),
-            "cpu": cpu, "cpus": os.cpu_count(), "launcher": "netns"}
+            "cpu": cpu, "cpus": os.cpu_count()}
 
 
 def _read(path: str) -> str:
@@ -56,11 +56,12 @@ def _read(path: str) -> str:
 
 def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> dict:
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
-    NetnsCluster.check_host()
+    launcher = cluster_class(spec)
+    launcher.check_host()
     state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
     spec.run_id = state.run_id
     run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
-    cluster = NetnsCluster(spec, state)
+    cluster = launcher(spec, state)
     recorder = None
     status, error = "failed", None
     try:
@@ -78,7 +79,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             with open(spec_path, "w") as f:
                 f.write(spec.to_json())
             recorder = results.Recorder(spec.results_dir, spec.run_id)
-            recorder.start_run(spec, {**environment(), "shaping": cluster.describe()})
+            recorder.start_run(spec, {**environment(), "launcher": cluster.launcher, "shaping": cluster.describe()})
             if spec.calibrate and spec.nodes > 1:
                 on_phase("calibrating links")
                 error = _calibrate(spec, cluster, recorder)
@@ -90,7 +91,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                     recorder.node(node.rank, name=node.name, address=node.address)
                     procs[node.rank] = cluster.spawn(node, argv, os.path.join(run_dir, f"node{node.rank}.log"),
                                                      {userscript.SPEC_ENV: spec_path})
-                error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress)
+                error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress, cluster)
             status = "ok" if error is None else "failed"
     except Interrupted:
         error = f"interrupted by the user{_at_step(recorder, spec)}"
@@ -114,6 +115,14 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     return summary
 
 
+def cluster_class(spec: RunSpec) -> type[NetnsCluster]:
+    """The launcher a spec asks for."""
+    if spec.launcher == "docker":
+        from .launch.docker import DockerCluster
+        return DockerCluster
+    return NetnsCluster
+
+
 def _calibrate(spec: RunSpec, cluster: NetnsCluster, recorder: results.Recorder) -> str | None:
     """Measure every path and store it; the error that stops the run when one misses its target."""
     paths = calibrate.calibrate(spec.network(), cluster.network.nodes)
@@ -127,7 +136,7 @@ def _calibrate(spec: RunSpec, cluster: NetnsCluster, recorder: results.Recorder)
 
 
 def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
-               on_progress: Progress | None) -> str | None:
+               on_progress: Progress | None, cluster: NetnsCluster) -> str | None:
     """Wait for every worker; on the first failure stop the rest and say which node failed and how."""
     seen = -1
     while True:
@@ -137,8 +146,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
             rank = failed[0]
             for p in procs.values():
                 if p.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(p.pid, signal.SIGKILL)
+                    cluster.kill(p)
             for r, p in procs.items():
                 recorder.node(r, exit_code=p.wait())
             last = results.last_step(recorder.conn, spec.run_id, rank)

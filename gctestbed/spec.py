@@ -319,6 +319,7 @@ KERNEL_MODES = ("native", "torch")
 # overlap: communication runs in DDP's hook during backward (production); serial: after backward,
 # compress -> communicate -> decompress, each phase timed on its own
 TIMING_MODES = ("overlap", "serial")
+LAUNCHERS = ("netns", "docker")
 
 
 @dataclass
@@ -346,6 +347,7 @@ class RunSpec:
     accept_miss: bool = False
     kernels: str = "native"                  # native (C++/CUDA, where built) | torch (pure-torch reference)
     mode: str = "overlap"                    # see TIMING_MODES
+    launcher: str = "netns"                  # netns | docker
     command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
     run_id: str = ""
 
@@ -371,6 +373,8 @@ class RunSpec:
             raise SpecError(f"--device must be cpu or cuda, got {self.device!r}.")
         if self.kernels not in KERNEL_MODES:
             raise SpecError(f"--kernels must be one of {', '.join(KERNEL_MODES)}, got {self.kernels!r}.")
+        if self.launcher not in LAUNCHERS:
+            raise SpecError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}.")
         if self.mode not in TIMING_MODES:
             raise SpecError(f"--mode must be one of {', '.join(TIMING_MODES)}, got {self.mode!r}.")
         if not isinstance(self.command, list) or not all(isinstance(a, str) for a in self.command):

@@ -16,6 +16,12 @@ def _missing(marker: str) -> str | None:
         return "needs a C++ compiler (apt-get install g++) to build the native kernels"
     if marker == "nvcc" and shutil.which("nvcc") is None:
         return "needs nvcc (the CUDA toolkit) to compile the CUDA kernels"
+    if marker == "docker":
+        try:
+            import docker
+            docker.from_env().ping()
+        except Exception as e:  # noqa: BLE001
+            return f"needs a running Docker engine (apt-get install docker.io; dockerd &): {type(e).__name__}"
     if marker == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -25,11 +31,11 @@ def _missing(marker: str) -> str | None:
 
 # Markers CI must satisfy: GCTESTBED_REQUIRE_PRIVILEGED turns their skips into an error. A GPU is
 # not among them: CI has none, and the CUDA tests run where one is lent.
-REQUIRED_IN_CI = ("root", "compiler", "nvcc")
+REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker")
 
 
 def pytest_collection_modifyitems(config, items):
-    for marker in ("root", "compiler", "nvcc", "cuda"):
+    for marker in ("root", "compiler", "nvcc", "docker", "cuda"):
         reason = _missing(marker)
         if reason is None or not any(marker in item.keywords for item in items):
             continue

@@ -6,7 +6,9 @@ unless a topology file says otherwise), built by net/topology.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -25,6 +27,8 @@ class Node:
 
 class NetnsCluster:
     """N namespace nodes joined by shaped links; everything created goes through the ledger."""
+
+    launcher = "netns"
 
     def __init__(self, spec: RunSpec, state: RunState):
         self.spec, self.state = spec, state
@@ -65,6 +69,12 @@ class NetnsCluster:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.state.add("process", name=node.name, pid=proc.pid)
         return proc
+
+    @staticmethod
+    def kill(proc) -> None:
+        """SIGKILL a worker and everything it started (its own process group)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def down(self) -> list[str]:
         return self.state.undo()

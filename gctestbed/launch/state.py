@@ -1,7 +1,7 @@
 """The ledger of what a run created, written to disk before each thing is created.
 
 A run owns a state file ``<state dir>/<run id>.json`` naming its owner process, its /24 subnet
-and every namespace, link, qdisc and process it made. Teardown undoes exactly that list, so
+and every namespace, link, qdisc, process and container it made. Teardown undoes exactly that list, so
 ``gctestbed clean`` can remove what a dead run left behind and never touches anything else.
 Run ids and subnets are handed out under a lock so concurrent runs never collide.
 """
@@ -125,6 +125,8 @@ class RunState:
             try:
                 if kind == "netns":
                     namespaces.remove(obj["name"])
+                elif kind == "container":
+                    _remove_container(obj["name"])
                 elif kind == "link" and obj.get("netns") not in netns_names:
                     namespaces.delete_link(obj["name"], obj.get("netns"))
             except OSError as e:
@@ -150,10 +152,22 @@ class RunState:
         return procs
 
 
+def _remove_container(name: str) -> None:
+    """Remove a container this run made (stopping it first); gone already is fine."""
+    import docker
+    from docker.errors import DockerException, NotFound
+    try:
+        docker.from_env().containers.get(name).remove(force=True)
+    except NotFound:
+        pass
+    except DockerException as e:
+        raise OSError(f"docker: {e}") from None
+
+
 def _kill_processes(procs: list[psutil.Process], grace_s: float = 2.0) -> None:
     """SIGTERM, wait a little, then SIGKILL whatever is left."""
     mine = os.getpid()
-    procs = [p for p in {p.pid: p for p in procs}.values() if p.pid != mine]
+    procs = [p for p in {p.pid: p for p in procs}.values() if p.pid not in (mine, 0)]
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)

@@ -33,6 +33,12 @@ def create(name: str) -> None:
         raise UserError("creating network namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): rerun with sudo.") from None
 
 
+def attach(name: str, pid: int) -> None:
+    """Name the network namespace of process ``pid`` (a container's) as if ``create`` had made it;
+    ``remove`` later drops the name only, the namespace lives as long as its processes."""
+    netns.attach(name, pid)
+
+
 def exists(name: str) -> bool:
     return os.path.exists(os.path.join(NETNS_DIR, name))
 

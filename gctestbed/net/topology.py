@@ -89,8 +89,11 @@ def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Recor
     return "netem" if has_netem else "delayline"
 
 
-def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed: int, record: Record) -> Network:
-    """Create everything; each object goes through ``record`` before it exists."""
+def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed: int, record: Record,
+          adopt: dict[int, int] | None = None) -> Network:
+    """Create everything; each object goes through ``record`` before it exists. ``adopt`` maps a
+    rank to the pid of a process (a container's) whose network namespace becomes that node's,
+    instead of a new one."""
     net = ipaddress.ip_network(subnet)
     switches = {}
     for i, name in enumerate(topo.switches):
@@ -109,7 +112,10 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
     for rank, attach in enumerate(topo.nodes):
         node_ns = f"{prefix}-n{rank}"
         record("netns", name=node_ns)
-        namespaces.create(node_ns)
+        if adopt:
+            namespaces.attach(node_ns, adopt[rank])
+        else:
+            namespaces.create(node_ns)
         _quiet_ipv6(node_ns)
         network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop))
     for j, trunk in enumerate(topo.trunks):
