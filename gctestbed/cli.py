@@ -505,6 +505,65 @@ def unshape(dev):
     click.echo(f"unshaped {dev}: its {before['kind'] or 'default'} qdisc is back")
 
 
+@main.command(name="node")
+@click.option("--rdzv", required=True, help="HOST:PORT of torchrun's c10d rendezvous (the first node's address).")
+@click.option("--nnodes", required=True, help="How many nodes join.")
+@click.option("--dev", default=None, help="This host's interface to shape and to pin Gloo/NCCL to (e.g. eth0).")
+@click.option("--bw", default=None, help="Shape --dev's egress to this rate (tc units); omitted: no shaping.")
+@click.option("--latency", default="0", show_default=True, help="One-way delay added on --dev (needs netem).")
+@click.option("--force", is_flag=True, help="Replace a qdisc on --dev that gctestbed did not make (put back at exit).")
+@click.option("--compressor", default="none", show_default=True, help="As for run.")
+@click.option("--workload", default="mlp", show_default=True, help="As for run.")
+@click.option("--steps", default="20", show_default=True, help="Training steps.")
+@click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+              help="nccl needs --device cuda; it is kept on --dev by socket transport.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="Where tensors live.")
+@click.option("--run-id", default=None, help="The run's id, the same on every host (default: from --rdzv).")
+@click.option("--results", "results_dir", default="results", show_default=True, help="This host's results directory.")
+def node_(rdzv, nnodes, dev, bw, latency, force, compressor, workload, steps, batch_size, backend, device, run_id,
+          results_dir):
+    """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md)."""
+    from .launch import hosts
+    spec = flags.build_spec(nodes=nnodes, bw=bw or "1gbit", latency=latency, compressor=compressor, workload=workload,
+                            steps=steps, batch_size=batch_size, lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
+                            results_dir=results_dir, calibrate=False)
+    spec.backend, spec.device = backend, device
+    spec.validate()
+    spec.run_id = run_id or hosts.default_run_id(rdzv)
+    if bw and not dev:
+        raise SpecError("--bw shapes an interface: name it with --dev.")
+    status = hosts.run_node(spec, rdzv, spec.nodes, dev, shape=bool(bw), force=force)
+    click.echo(f"node of run {spec.run_id}: torchrun exited with {status}" + ("" if dev is None or not bw else f"; {dev} unshaped"))
+    sys.exit(0 if status == 0 else 1)
+
+
+@main.command(name="compose")
+@click.option("--nodes", default=2, show_default=True, help="Nodes (services node0..N-1).")
+@click.option("--gpus", default=None, help="GPU of each node, e.g. 0,1,2,3 (default 0..N-1); one GPU per node.")
+@click.option("-o", "--output", default=None, help="Write the file here instead of printing it.")
+def compose_(nodes, gpus, output):
+    """Write a docker-compose file for N nodes: gpu profile (NCCL, one GPU each) and cpu profile (Gloo)."""
+    import yaml
+    from .launch import compose
+    try:
+        data = compose.compose(nodes, gpus.split(",") if gpus else None)
+    except ValueError as e:
+        raise SpecError(f"{e}.") from None
+    text = COMPOSE_HEADER + yaml.safe_dump(data, sort_keys=False, width=120)
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+        click.echo(f"wrote {output}: docker compose --profile gpu up (or --profile cpu)")
+    else:
+        click.echo(text, nl=False)
+
+
+COMPOSE_HEADER = """# Written by 'gctestbed compose'. Run: BW=100mbit COMPRESSOR=dgc docker compose --profile gpu up
+# (or --profile cpu on machines without GPUs). Variables: BW, LATENCY, COMPRESSOR, WORKLOAD, STEPS, NODES.
+"""
+
+
 @main.group(name="image")
 def image_group():
     """The gctestbed-node image the docker launcher runs."""

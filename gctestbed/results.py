@@ -210,6 +210,23 @@ def sweep_runs(conn: sqlite3.Connection, sweep: str | None = None) -> list[sqlit
                         (sweep,) if sweep else ()).fetchall()
 
 
+def export_rank(conn: sqlite3.Connection, run_id: str, rank: int) -> dict[str, list[dict]]:
+    """Everything rank ``rank`` recorded for ``run_id``: its steps and its node row."""
+    return {table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE run_id=? AND rank=?", (run_id, rank))]
+            for table in ("steps", "nodes")}
+
+
+def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]]) -> None:
+    """Add other hosts' rows (from ``export_rank``) to this store; rows it has already are kept."""
+    with conn:
+        for part in exported:
+            for table in ("steps", "nodes"):
+                for row in part[table]:
+                    cols = ", ".join(row)
+                    conn.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})",
+                                 tuple(row.values()))
+
+
 def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
     """The run whose id starts with ``run``, or the latest run when ``run`` is None."""
     if run is None:

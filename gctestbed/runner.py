@@ -18,6 +18,7 @@ from importlib import metadata
 from typing import Callable, Iterator
 
 from . import compress, kernels, results, userscript
+from .launch import nodeenv
 from .launch import state as ledger
 from .net import calibrate
 from .launch.netns import NetnsCluster, Node
@@ -58,6 +59,9 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
     launcher = cluster_class(spec)
     launcher.check_host()
+    if spec.backend == "nccl":
+        import torch
+        nodeenv.check_nccl(spec.nodes, torch.cuda.device_count())
     state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
     spec.run_id = state.run_id
     run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)

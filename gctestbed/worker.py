@@ -20,9 +20,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import compress, workloads
 from .compress import hook
 from .compress.variance import SampleStats
+from . import results
 from .results import Recorder
 from .spec import RunSpec
 from .timing import Laps
+
+
+GATHER_ENV = "GCTESTBED_GATHER"     # set by 'gctestbed node': each host has its own store
 
 
 def nic_bytes(ifname: str) -> tuple[int, int]:
@@ -64,7 +68,12 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
     serial = spec.mode == "serial"
-    model = DDP(work.model, bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial)
+    device = torch.device("cpu")
+    if spec.device == "cuda":                    # one GPU per node: as told ('gctestbed node'), else by rank
+        device = torch.device("cuda", int(os.environ.get("GCTESTBED_CUDA_DEVICE", rank % torch.cuda.device_count())))
+        torch.cuda.set_device(device)
+    model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
+                device_ids=[device.index] if device.type == "cuda" else None)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     comm = hook.install(model, compressor, serial=serial)
     if compressor.microbatches > 1:
@@ -73,7 +82,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.0 if compressor.momentum_inside else 0.9)
     recorder = Recorder(spec.results_dir, spec.run_id)
     for step in range(spec.steps):
-        x, y = next(work.batches)
+        x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         comm.step = step
@@ -87,8 +96,13 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s, compute_s=compute_s, optim_s=optim_s,
                       loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
-    metrics = work.evaluate(model.module)
+    metrics = work.evaluate(model.module.cpu())
     recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"])
+    if os.environ.get(GATHER_ENV) == "1" and world > 1:      # hosts with stores of their own: all rows to rank 0's
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)
+        if rank == 0:
+            results.import_rows(recorder.conn, [g for g in gathered if g])
     recorder.close()
     dist.destroy_process_group()
 

@@ -22,6 +22,8 @@ def _missing(marker: str) -> str | None:
             docker.from_env().ping()
         except Exception as e:  # noqa: BLE001
             return f"needs a running Docker engine (apt-get install docker.io; dockerd &): {type(e).__name__}"
+    if marker == "compose" and shutil.which("docker-compose") is None:
+        return "needs docker-compose (apt-get install docker-compose) to validate compose files"
     if marker == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -31,11 +33,11 @@ def _missing(marker: str) -> str | None:
 
 # Markers CI must satisfy: GCTESTBED_REQUIRE_PRIVILEGED turns their skips into an error. A GPU is
 # not among them: CI has none, and the CUDA tests run where one is lent.
-REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker")
+REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose")
 
 
 def pytest_collection_modifyitems(config, items):
-    for marker in ("root", "compiler", "nvcc", "docker", "cuda"):
+    for marker in ("root", "compiler", "nvcc", "docker", "compose", "cuda"):
         reason = _missing(marker)
         if reason is None or not any(marker in item.keywords for item in items):
             continue

@@ -8,6 +8,8 @@ machine cannot talk through shared memory and around the shaper.
 
 from __future__ import annotations
 
+from ..spec import UserError
+
 MASTER_PORT = 29500
 
 
@@ -31,3 +33,12 @@ def node_environment(rank: int, world_size: int, master_addr: str, host_id: str,
         "GCTESTBED_NODE": host_id,
         "GCTESTBED_IFNAME": ifname,
     }
+
+
+def check_nccl(nodes_per_host: int, gpus: int) -> None:
+    """Refuse NCCL where it could bypass the shaped link: nodes sharing a GPU (one process per
+    device is NCCL's rule, and peers on one device or host talk through memory, not sockets)."""
+    if gpus < nodes_per_host:
+        raise UserError(f"--backend nccl with {nodes_per_host} nodes on this host needs a GPU per node, and torch sees "
+                        f"{gpus}: nodes sharing a GPU would reach each other around the shaped link. Use --backend "
+                        "gloo with --device cuda (Gloo sends CUDA tensors through the shaped sockets), or fewer nodes.")

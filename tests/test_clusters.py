@@ -1,0 +1,81 @@
+"""Beyond one host: gctestbed node under torchrun's rendezvous, compose files, the NCCL check."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from gctestbed.launch import compose, nodeenv
+from gctestbed.spec import UserError
+from helpers import gctestbed
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_the_root_compose_file_is_what_the_generator_writes(tmp_path):
+    proc = gctestbed("compose", "--nodes", "2", "--gpus", "0,1", "-o", str(tmp_path / "c.yml"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "c.yml").read_text() == (ROOT / "docker-compose.yml").read_text()
+
+
+def test_compose_nodes_each_get_their_own_gpu_and_sockets_only():
+    data = compose.compose(4, ["3", "2", "1", "0"])
+    gpu = [data["services"][f"node{i}"] for i in range(4)]
+    assert [s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in gpu] == [["3"], ["2"], ["1"], ["0"]]
+    assert len({s["environment"]["NCCL_HOSTID"] for s in gpu}) == 4
+    for s in gpu:
+        assert s["cap_add"] == ["NET_ADMIN"] and "privileged" not in s
+        assert s["environment"]["NCCL_NET"] == "Socket" and s["environment"]["NCCL_SHM_DISABLE"] == "1"
+        assert "--dev" in s["command"] and "${BW:-1gbit}" in s["command"]
+    with pytest.raises(ValueError, match="bypass the shaped link"):
+        compose.compose(2, ["0", "0"])
+
+
+@pytest.mark.compose
+@pytest.mark.parametrize("nodes", [2, 5])
+def test_compose_files_pass_compose_validation(tmp_path, nodes):
+    out = tmp_path / "docker-compose.yml"
+    assert gctestbed("compose", "--nodes", str(nodes), "-o", str(out)).returncode == 0
+    for profile in ("gpu", "cpu"):
+        proc = subprocess.run(["docker-compose", "-f", str(out), "--profile", profile, "config"], capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", "BW": "100mbit"}, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        resolved = yaml.safe_load(proc.stdout)
+        assert "100mbit" in resolved["services"]["node0" if profile == "gpu" else "cpu-node0"]["command"]
+
+
+def test_nccl_refuses_nodes_sharing_a_gpu():
+    with pytest.raises(UserError, match="Use --backend gloo with --device cuda"):
+        nodeenv.check_nccl(2, 1)
+    nodeenv.check_nccl(2, 2)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
+    up = gctestbed("up", "--nodes", "2", "--bw", "1gbit")
+    assert up.returncode == 0, up.stderr
+    name = up.stdout.strip().splitlines()[-1]
+    try:
+        subnet = [c for c in __import__("json").loads(gctestbed("ls", "--json").stdout) if c["name"] == name][0]["subnet"]
+        first = subnet.rsplit(".", 1)[0] + ".1"
+        args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--dev", "eth0", "--steps", "4", "--run-id", "job1",
+                "--workload", "mlp:width=256,depth=2,input_dim=64"]
+        procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
+                                   *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err
+        conn = sqlite3.connect(tmp_path / "h0" / "gctestbed.sqlite")
+        assert conn.execute("SELECT rank, COUNT(*) FROM steps GROUP BY rank").fetchall() == [(0, 4), (1, 4)]
+        assert conn.execute("SELECT status FROM runs WHERE run_id='job1'").fetchone() == ("ok",)
+        assert len({r[0] for r in conn.execute("SELECT param_sha256 FROM nodes")}) == 1
+    finally:
+        assert gctestbed("down", name).returncode == 0
