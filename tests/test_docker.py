@@ -72,3 +72,43 @@ def test_a_failed_docker_run_leaves_nothing(tmp_path, state_dir, node_image):
     s = show(tmp_path / "r")
     assert s["status"] == "failed" and "exited with code 3" in s["error"]
     assert leftovers(s["run_id"]) == [] and _containers_of(s["run_id"]) == []
+
+
+LONG = ("run", "--launcher", "docker", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "100000",
+        "--no-calibrate")
+
+
+def _stop(proc, sig):
+    import os
+    os.killpg(proc.pid, sig)
+    try:
+        return proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def test_ctrl_c_removes_the_containers(tmp_path, state_dir, node_image):
+    import signal
+    from helpers import start, wait_for_steps
+    proc = start(*LONG, "--results", str(tmp_path))
+    run_id = wait_for_steps(tmp_path, 3)["run_id"]
+    assert len(_containers_of(run_id)) == 2
+    _, err = _stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert leftovers(run_id) == [] and _containers_of(run_id) == []
+    assert show(tmp_path, run_id)["status"] == "failed"
+
+
+def test_clean_removes_what_a_killed_docker_run_left(tmp_path, state_dir, node_image):
+    import signal
+    from helpers import start, wait_for_steps
+    proc = start(*LONG, "--results", str(tmp_path))
+    run_id = wait_for_steps(tmp_path, 3)["run_id"]
+    _stop(proc, signal.SIGKILL)
+    assert len(_containers_of(run_id)) == 2                      # kill -9 left them behind
+    clean = gctestbed("clean")
+    assert clean.returncode == 0, clean.stderr
+    assert f"cleaned run {run_id}" in clean.stdout
+    assert leftovers(run_id) == [] and _containers_of(run_id) == []
