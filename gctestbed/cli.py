@@ -157,6 +157,8 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
 @click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
               help="Compressor kernels, as for run.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True,
+              help="Where the nodes run, as for run.")
 @click.option("--lr", default="0.05", show_default=True, help="SGD learning rate.")
 @click.option("--seed", default="0", show_default=True, help="Seed of model and data.")
 @click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
@@ -166,11 +168,11 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
-def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
-    shared = dict(kernels=kernel_mode, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
+    shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
                   results_dir=results_dir)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={"workload": ["mlp"], "batch_size": ["32"], "nodes": ["2"], "latency": ["0"], "bw": ["1gbit"],

@@ -58,13 +58,14 @@ class Grid:
     bucket_cap_mb: str = "25"
     timeout: str = "300s"
     kernels: str = "native"
+    launcher: str = "netns"
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     accept_miss: bool = False
     results_dir: str = "results"
 
     def default_name(self) -> str:
         """The same grid always gets the same name, so the same command resumes."""
-        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss")}
+        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher")}
         return "sweep-" + hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -109,7 +110,7 @@ def plan(grid: Grid) -> list[Cell]:
                                     batch_size=params["batch_size"], lr=grid.lr, seed=grid.seed,
                                     bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
                                     calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,
-                                    kernels=grid.kernels, mode=params["mode"])
+                                    kernels=grid.kernels, mode=params["mode"], launcher=grid.launcher)
             cells.append(Cell(params, repeat, spec))
     return cells
 

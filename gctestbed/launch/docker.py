@@ -25,7 +25,6 @@ from ..net import topology
 from ..spec import UserError
 from . import image
 from .netns import NetnsCluster, Node
-from .nodeenv import node_environment
 
 SHM_SIZE = "2g"          # Gloo and DataLoader workers use /dev/shm; docker's default 64 MB is too small
 
@@ -133,10 +132,9 @@ class DockerCluster(NetnsCluster):
         return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
-        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/root",
                "THP_MEM_ALLOC_ENABLE": "1", "GCTESTBED_BUILD_DIR": str(kernels.build_dir()), **(extra_env or {}),
-               **node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)}
+               **self.node_env(node)}
         argv = [self.python if a == sys.executable else a for a in argv]
         proc = ContainerProcess(self.client, self.containers[node.rank], argv, env, log_path, os.getcwd())
         if proc.pid > 0:

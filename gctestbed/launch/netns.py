@@ -59,11 +59,14 @@ class NetnsCluster:
             return {}
         return {**self.describe(), "delay_lines": self.network.stop_relays()}
 
+    def node_env(self, node: Node) -> dict[str, str]:
+        """What every launcher gives a node's worker: torchrun's variables, the CPU share, the pins."""
+        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
+        return node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)
+
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment."""
-        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
-        env = {**os.environ, **(extra_env or {}),
-               **node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)}
+        env = {**os.environ, **(extra_env or {}), **self.node_env(node)}
         with open(log_path, "ab") as log:
             proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
