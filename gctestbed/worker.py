@@ -81,17 +81,21 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     # a method that applies momentum itself (DGC's momentum correction, Signum) gets plain SGD
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.0 if compressor.momentum_inside else 0.9)
     recorder = Recorder(spec.results_dir, spec.run_id)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
     for step in range(spec.steps):
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         comm.step = step
         loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
+        sync()
         compute_s = laps.lap()
         comm.exchange_pending()          # serial mode: every bucket now, each phase timed; overlap: nothing left
+        sync()
         exchange_s = laps.lap()
         optimizer.step()
         optimizer.zero_grad(set_to_none=not serial)     # serial: grads stay views of the buckets
+        sync()
         optim_s = laps.lap()
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s, compute_s=compute_s, optim_s=optim_s,
