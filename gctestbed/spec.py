@@ -23,8 +23,15 @@ class UserError(Exception):
     """A mistake the user can fix (bad flag, missing privilege, missing kernel feature).
 
     Its message is one sentence that says what is wrong and how to fix it; the CLI prints it
-    without a traceback and exits 2.
+    without a traceback and exits 2. Messages quote what the user typed, so control characters
+    in it (a newline in a flag) are shown escaped: the sentence stays on one line.
     """
+
+    def __init__(self, message: str = ""):
+        super().__init__(_CONTROL.sub(lambda m: repr(m.group())[1:-1], str(message)))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class SpecError(UserError, ValueError):
