@@ -87,10 +87,16 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         comm.step = step
-        loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
-        sync()
-        compute_s = laps.lap()
-        comm.exchange_pending()          # serial mode: every bucket now, each phase timed; overlap: nothing left
+        try:
+            loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
+            sync()
+            compute_s = laps.lap()
+            comm.exchange_pending()      # serial mode: every bucket now, each phase timed; overlap: nothing left
+        except RuntimeError as e:        # overlap: DDP re-raises the hook's failure, garbled; serial: as is
+            failure = e if isinstance(e, hook.NonFiniteGradient) else comm.failure
+            if isinstance(failure, hook.NonFiniteGradient):
+                sys.exit(f"gctestbed: {failure}")       # one line, the last of the node's log
+            raise
         sync()
         exchange_s = laps.lap()
         optimizer.step()

@@ -57,7 +57,9 @@ def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str =
         conn.close()
         rows[method] = {"compressor": TUNED.get(method, method) if ":" in TUNED.get(method, method) else name, "run_id": summary["run_id"], "status": summary["status"],
                         "final_loss": _finite(sum(losses[-WINDOW:]) / max(1, len(losses[-WINDOW:]))),
-                        "diverged": any(math.isnan(v) or math.isinf(v) for v in losses),
+                        # a NaN gradient now stops the run at that step (compress/hook.py), so its error says so
+                        "diverged": any(math.isnan(v) or math.isinf(v) for v in losses)
+                                    or "NaN or Inf" in (summary["error"] or ""),
                         "eval_loss": summary["eval_loss"], "eval_accuracy": summary["eval_accuracy"],
                         "payload_bytes_per_step": summary["payload_bytes_per_step"], "smoothed": _smooth(losses)}
     base = rows.get("none")

@@ -56,6 +56,7 @@ class HookState:
         self.compressor = compressor
         self.serial = serial
         self.pending: list[tuple[torch.Tensor, Bucket]] = []     # serial mode: buckets backward produced
+        self.failure: BaseException | None = None                  # what stopped the driver thread's last job
         self.dense_floor = dense_floor
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -73,6 +74,7 @@ class HookState:
             try:
                 _exchange(self, future, buffer, ctx)
             except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it in backward
+                self.failure = e          # DDP's wrapping garbles the message; the worker reports this one
                 future.set_exception(e)
 
     def _reset(self) -> None:
@@ -147,9 +149,22 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     return future
 
 
+class NonFiniteGradient(RuntimeError):
+    """A bucket held NaN or Inf: the step stops before compression, so no memory absorbs it."""
+
+
+def check_finite(buffer: torch.Tensor, ctx: Bucket) -> None:
+    """One summing pass (no allocation); only a non-finite sum pays for the count."""
+    if not torch.isfinite(buffer.sum()):
+        bad = int((~torch.isfinite(buffer)).sum())
+        raise NonFiniteGradient(f"rank {ctx.rank} step {ctx.step} bucket {ctx.key}: {bad} of {buffer.numel()} gradient "
+                                "values are NaN or Inf; stopped before compression, so no error-feedback memory took them")
+
+
 def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, ctx: Bucket) -> None:
     """Compress, communicate, decompress one bucket (on the driver thread)."""
     numel = buffer.numel()
+    check_finite(buffer, ctx)
     compressor = state.compressor if numel >= state.dense_floor else _PLAIN
     t0 = now()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
