@@ -180,15 +180,15 @@ def fit(rows: list[Row], variant: str = "tail") -> Fit | None:
         pred = Prediction(r, predicted, whole, predicted / r.step_s - 1, fitted=r.compressor == BASELINE)
         result.predictions.append(pred)
     for pred in result.misses:
-        pred.why = explain(pred, ph[(*_setting(pred.row), pred.row.compressor)], lam, rows, result)
+        pred.why = explain(pred, ph[(*_setting(pred.row), pred.row.compressor)], rows, result)
     return result
 
 
-def explain(pred: Prediction, ph: Phases, lam: float, rows: list[Row], fit: "Fit") -> str:
+def explain(pred: Prediction, ph: Phases, rows: list[Row], fit: "Fit") -> str:
     """Which of the model's simplifications this cell runs into, read from its own measurements:
     in serial mode the phase that differs from the model's; in overlap mode how much overlap
     saved against the cell's serial twin (same method and link), compared with the model."""
-    r, reasons = pred.row, []
+    r, reasons, lam = pred.row, [], fit.lam
     base = [b for b in rows if b.group == r.group and b.compressor == BASELINE and b.bw_bps == r.bw_bps]
     if base and base[0].busbw_fraction is not None and base[0].busbw_fraction < 0.85:
         reasons.append(f"the host could not fill the link: none reached {base[0].busbw_fraction:.0%} of "

@@ -42,9 +42,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
 
 
-def analyse(rows: list[cells.Row]) -> dict:
-    curves = breakeven.curves(rows)
-    fits = {v: model.fit(rows, v) for v in model.VARIANTS}
+def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None = None) -> dict:
+    """Everything the report shows, as data; ``curves`` and ``fits`` when the caller has them."""
+    curves = breakeven.curves(rows) if curves is None else curves
+    fits = {v: model.fit(rows, v) for v in model.VARIANTS} if fits is None else fits
     main = fits["tail"]
     groups = sorted({r.group for r in rows}, key=str)
     best = breakeven.best_per_bandwidth(rows)
@@ -85,9 +86,10 @@ def build(results_dir: str, out: str, sweep: str | None = None) -> dict:
     if not rows:
         raise UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
     os.makedirs(out, exist_ok=True)
-    report = analyse(rows)
-    report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
     curves = breakeven.curves(rows)
+    fits = {v: model.fit(rows, v) for v in model.VARIANTS}
+    report = analyse(rows, curves, fits)
+    report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
     pictures = []
     for g in sorted({r.group for r in rows}, key=str):
         slug = _slug(cells.group_label(g))
@@ -96,7 +98,7 @@ def build(results_dir: str, out: str, sweep: str | None = None) -> dict:
             pictures.append(plots.speedups(curves, g, os.path.join(out, f"speedup_{slug}.png")))
         pictures.append(plots.phases(rows, g, os.path.join(out, f"phases_{slug}.png")))
         pictures.append(plots.losses(rows, g, os.path.join(out, f"loss_{slug}.png")))
-    fit = model.fit(rows, "tail")
+    fit = fits["tail"]
     if fit is not None and fit.predictions:
         pictures.append(plots.model_fit(fit, os.path.join(out, "model.png")))
     report["pictures"] = pictures

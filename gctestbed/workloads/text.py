@@ -72,3 +72,9 @@ def evaluator(held_out: torch.Tensor, seq_len: int):
             logits = model(x)
             return {"loss": float(loss_fn(logits, y)), "accuracy": float((logits.argmax(-1) == y).float().mean())}
     return evaluate
+
+
+def build(model: torch.nn.Module, seq_len: int, corpus_mb: float, seed: int, rank: int, batch_size: int):
+    """A language-model workload on the corpus: (model, this rank's batches, loss, evaluation)."""
+    train, held_out = split(int(corpus_mb * 1e6))
+    return model, batches(train, seq_len, batch_size, seed, rank), loss_fn, evaluator(held_out, seq_len)

@@ -67,7 +67,5 @@ class ByteGPT(nn.Module):
 
 
 def build(o: TransformerOptions, seed: int, rank: int, batch_size: int):
-    train, held_out = text.split(int(o.corpus_mb * 1e6))
     torch.manual_seed(seed)
-    return (ByteGPT(o), text.batches(train, o.seq_len, batch_size, seed, rank), text.loss_fn,
-            text.evaluator(held_out, o.seq_len))
+    return text.build(ByteGPT(o), o.seq_len, o.corpus_mb, seed, rank, batch_size)
