@@ -13,6 +13,7 @@ import time
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -94,11 +95,17 @@ _NETWORK_OPTIONS = [
 @click.option("--lr", default="0.05", show_default=True, help="SGD learning rate (momentum 0.9).")
 @click.option("--seed", default="0", show_default=True, help="Seed of the model, the teacher and the data.")
 @click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
-@click.option("--timeout", default="300s", show_default=True, help="Collective timeout: a node silent this long fails the run.")
+@click.option("--timeout", default="300s", show_default=True,
+              help="Collective timeout: a node silent this long fails the run (and is named as hung).")
+@click.option("--fault", "faults", multiple=True, metavar="FAULT",
+              help="Break a node's link mid-run, counted from the first step (repeatable): "
+                   "link-down:node=1,at=10s,for=2s takes both ends of its cable down; "
+                   "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
 @click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir, command):
+        kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, faults, results_dir,
+        command):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -110,7 +117,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             workload=workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                            launcher=launcher)
+                            launcher=launcher, faults=faults)
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
@@ -203,7 +210,7 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed,
         def done(cell, summary):
             bar.update(task, advance=1)
             if summary["status"] != "ok":
-                console.print(f"cell {cell.key} failed: {summary['error']}")
+                console.print(f"cell {escape(cell.key)} failed: {escape(summary['error'] or '')}")
 
         try:
             counts = sweep_.run(grid, name, left, started, done)
@@ -695,10 +702,20 @@ def _print_summary(s: dict) -> None:
         rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
                      f"{_fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {_fmt(c['rtt_idle_s'], ' ms', 1e-3)}"
                      f" idle / {_fmt(c['rtt_loaded_s'], ' ms', 1e-3)} loaded" + ("  MISSED" if c["miss"] else "")))
+    for f in s.get("faults", []):
+        if f["started"] is None:
+            effect = "never started (the run ended first)"
+        elif not f["steps"]:
+            effect = "no step ran while it was on"
+        else:
+            span = f"step {f['steps'][0]}" if len(f["steps"]) == 1 else f"steps {f['steps'][0]}-{f['steps'][-1]}"
+            effect = (f"{span}: median step {_fmt(f['median_step_s_during'], ' s')} "
+                      f"(other steps {_fmt(f['median_step_s_outside'], ' s')})")
+        rows.append((f"fault {f['fault']}", effect))
     if s["error"]:
         rows.append(("error", s["error"]))
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(escape(k), escape(v))         # workers' errors quote C++ paths in [brackets]
     Console().print(table)
 
 

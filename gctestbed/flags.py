@@ -7,14 +7,14 @@ naming the accepted forms.
 from __future__ import annotations
 
 from . import compress, topofile, workloads
-from .spec import (LinkSpec, RunSpec, SpecError, parse_choice, parse_duration, parse_percent, parse_rate,
+from .spec import (LinkSpec, RunSpec, SpecError, parse_choice, parse_duration, parse_fault, parse_percent, parse_rate,
                    resolve_options)
 
 
 def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
                results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
                calibrate=True, accept_miss=False, kernels="native", mode="overlap", command=(),
-               launcher="netns") -> RunSpec:
+               launcher="netns", faults=()) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     if not command:
@@ -38,7 +38,7 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
                    seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
-                   mode=mode, command=list(command), launcher=launcher)
+                   mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults])
     spec.validate()
     return spec
 

@@ -8,6 +8,7 @@ store, never logs, so a report can be rebuilt at any time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import statistics
@@ -17,7 +18,7 @@ from typing import Any, Iterable
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes")
@@ -80,6 +81,16 @@ CREATE TABLE IF NOT EXISTS calibrations (
     rtt_loaded_s REAL,
     miss         TEXT,
     PRIMARY KEY (run_id, src, dst, t)
+);
+CREATE TABLE IF NOT EXISTS faults (
+    run_id  TEXT NOT NULL REFERENCES runs(run_id),
+    idx     INTEGER NOT NULL,        -- its place among the run's --fault flags
+    kind    TEXT NOT NULL,           -- link-down | loss
+    node    INTEGER NOT NULL,
+    pct     REAL,
+    started REAL,                    -- when it was applied (NULL: the run ended first)
+    ended   REAL,                    -- when it was lifted, or the run ended with it on
+    PRIMARY KEY (run_id, idx)
 );
 CREATE TABLE IF NOT EXISTS sweep_cells (
     sweep   TEXT NOT NULL,
@@ -176,6 +187,16 @@ class Recorder:
                               f"VALUES (?, ?, {', '.join('?' * len(CALIBRATION_FIELDS))})",
                               (self.run_id, time.time(), *values))
 
+    def fault(self, idx: int, kind: str, node: int, pct: float, **times: float) -> None:
+        """Record when fault ``idx`` of the run started or ended (``started=``/``ended=`` wall times)."""
+        with self.conn:
+            self.conn.execute("INSERT OR IGNORE INTO faults (run_id, idx, kind, node, pct) VALUES (?, ?, ?, ?, ?)",
+                              (self.run_id, idx, kind, node, pct))
+            for key, value in times.items():
+                if key not in ("started", "ended"):
+                    raise KeyError(key)
+                self.conn.execute(f"UPDATE faults SET {key}=? WHERE run_id=? AND idx=?", (value, self.run_id, idx))
+
     def step(self, rank: int, step: int, **values: Any) -> None:
         """Commit one step of one rank; unknown fields are an error, missing ones are NULL."""
         unknown = set(values) - set(STEP_FIELDS)
@@ -251,6 +272,32 @@ def last_step(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> sqlite3.R
                         (run_id, rank)).fetchone()
 
 
+def fault_effect(spec: RunSpec, fault: sqlite3.Row, steps: dict[int, list[sqlite3.Row]]) -> dict[str, Any]:
+    """What a fault did, from the step records: the steps that ran while it was on, and the median
+    step time (and bytes the faulted node sent: retransmissions show there) during it against the
+    median of the other steps (step 0, with DDP's start-up traffic, left out of both)."""
+    planned = spec.faults[fault["idx"]] if fault["idx"] < len(spec.faults) else None
+    out = {"fault": planned.describe() if planned else f"{fault['kind']} on node {fault['node']}",
+           "kind": fault["kind"], "node": fault["node"], "pct": fault["pct"], "started": fault["started"],
+           "ended": fault["ended"], "steps": [], "median_step_s_during": None, "median_step_s_outside": None,
+           "median_tx_bytes_during": None, "median_tx_bytes_outside": None}
+    if fault["started"] is None:
+        return out
+    end = fault["ended"] if fault["ended"] is not None else math.inf
+    during, outside, tx_during, tx_outside = [], [], [], []
+    for step, rows in sorted(steps.items()):
+        begun, finished = min(r["t"] - r["step_s"] for r in rows), max(r["t"] for r in rows)
+        hit = begun <= end and finished >= fault["started"]
+        if hit:
+            out["steps"].append(step)
+        if step > 0:
+            (during if hit else outside).append(max(r["step_s"] for r in rows))
+            (tx_during if hit else tx_outside).extend(r["tx_bytes"] for r in rows if r["rank"] == fault["node"])
+    out["median_step_s_during"], out["median_step_s_outside"] = _median(during), _median(outside)
+    out["median_tx_bytes_during"], out["median_tx_bytes_outside"] = _median(tx_during), _median(tx_outside)
+    return out
+
+
 def _median(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
@@ -288,6 +335,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
     calibration = [dict(r) for r in conn.execute("SELECT * FROM calibrations WHERE run_id=? ORDER BY t, src",
                                                  (run["run_id"],))]
     env = json.loads(run["environment"] or "{}")
+    faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
+                                                                 (run["run_id"],))]
     return {
         "run_id": run["run_id"],
         "status": run["status"],
@@ -330,6 +379,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "latency_impl": env.get("shaping", {}).get("latency_impl"),
         "calibration": calibration,
         "calibration_missed": any(c["miss"] for c in calibration),
+        "faults": faults,
         "created_at": run["created_at"],
         "finished_at": run["finished_at"],
     }

@@ -17,16 +17,21 @@ import time
 from importlib import metadata
 from typing import Callable, Iterator
 
+import psutil
+
 from . import compress, kernels, results, userscript
 from .launch import nodeenv
 from .launch import state as ledger
 from .net import calibrate
 from .launch.netns import NetnsCluster, Node
-from .spec import RunSpec
+from .launch.faultplan import FaultPlan
+from .spec import RunSpec, format_duration
 
 Progress = Callable[[int, int, dict], None]
 Phase = Callable[[str], None]
 POLL_S = 0.25
+STALL_GRACE_S = 30      # beyond --timeout: no step from any node this long stops the run
+HUNG_GRACE_S = 3.0      # after a collective timed out, how long the other nodes get to fail too
 
 
 class Interrupted(Exception):
@@ -141,31 +146,98 @@ def _calibrate(spec: RunSpec, cluster: NetnsCluster, recorder: results.Recorder)
 
 def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
                on_progress: Progress | None, cluster: NetnsCluster) -> str | None:
-    """Wait for every worker; on the first failure stop the rest and say which node failed and how."""
-    seen = -1
-    while True:
-        codes = {rank: p.poll() for rank, p in procs.items()}
-        failed = [rank for rank, code in codes.items() if code not in (None, 0)]
-        if failed:
-            rank = failed[0]
-            for p in procs.values():
-                if p.poll() is None:
-                    cluster.kill(p)
-            for r, p in procs.items():
-                recorder.node(r, exit_code=p.wait())
-            last = results.last_step(recorder.conn, spec.run_id, rank)
-            where = f"after step {last['step']}" if last else "before its first step"
-            log = os.path.join(run_dir, f"node{rank}.log")
-            return f"node {rank} ({nodes[rank].name}) {_exit_text(codes[rank])} {where}{_log_tail(log)}"
-        if all(code == 0 for code in codes.values()):
-            for r in procs:
-                recorder.node(r, exit_code=0)
-            return None
-        row = results.last_step(recorder.conn, spec.run_id, 0)
-        if on_progress and row is not None and row["step"] != seen:
-            seen = row["step"]
-            on_progress(seen + 1, spec.steps, dict(row))
-        time.sleep(POLL_S)
+    """Wait for every worker, applying the run's faults on time; on the first failure stop the
+    rest and say which node failed and how. A node that hangs is named too: the others give up
+    on it after the collective timeout, and a run in which no node records a step for longer
+    than that is stopped here."""
+    plan = FaultPlan(spec.faults, cluster, recorder.fault)
+    seen, recorded, quiet_since = -1, 0, time.monotonic()
+    try:
+        while True:
+            codes = {rank: p.poll() for rank, p in procs.items()}
+            if any(code not in (None, 0) for code in codes.values()):
+                rank, how = _blame(procs, codes, run_dir, spec)
+                return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
+            if all(code == 0 for code in codes.values()):
+                for r in procs:
+                    recorder.node(r, exit_code=0)
+                return None
+            count = recorder.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (spec.run_id,)).fetchone()[0]
+            if count != recorded:
+                recorded, quiet_since = count, time.monotonic()
+            elif recorded and time.monotonic() - quiet_since > spec.timeout_s + STALL_GRACE_S:
+                rank = next(iter(_stopped(procs, codes)), None)
+                rank = rank if rank is not None else _laggard(recorder, spec, procs)
+                how = (f"stopped responding: no node recorded a step for {time.monotonic() - quiet_since:.0f} s "
+                       f"(--timeout {format_duration(spec.timeout_s)} plus {STALL_GRACE_S} s)")
+                return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
+            row = results.last_step(recorder.conn, spec.run_id, 0)
+            plan.tick(training_started=row is not None)
+            if on_progress and row is not None and row["step"] != seen:
+                seen = row["step"]
+                on_progress(seen + 1, spec.steps, dict(row))
+            time.sleep(POLL_S)
+    finally:
+        plan.finish()
+
+
+def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, str]:
+    """The node that caused a failure, and how: a stopped node, else one killed by a signal, else
+    the first to fail, unless it only gave up waiting (a collective timed out) on a node that is
+    still there, hung, once the others have had a moment to fail too."""
+    stopped = _stopped(procs, codes)
+    if stopped:
+        return stopped[0], "stopped responding (its process is stopped: SIGSTOP or a debugger)"
+    signalled = [r for r, c in codes.items() if c is not None and c < 0]
+    if signalled:
+        return signalled[0], _exit_text(codes[signalled[0]])
+    first = next(r for r, c in codes.items() if c not in (None, 0))
+    if _timed_out(os.path.join(run_dir, f"node{first}.log")):
+        deadline = time.monotonic() + HUNG_GRACE_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
+            time.sleep(POLL_S)
+        alive = [r for r, p in procs.items() if p.poll() is None]
+        if alive:
+            return alive[0], (f"stopped responding: node {first} gave up waiting for it after the collective timeout "
+                              f"(--timeout {format_duration(spec.timeout_s)})")
+    return first, _exit_text(codes[first])
+
+
+def _stopped(procs: dict, codes: dict) -> list[int]:
+    """Ranks whose worker is still there but stopped (state T)."""
+    out = []
+    for rank, p in procs.items():
+        if codes.get(rank) is None and p.pid > 0:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(p.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                    out.append(rank)
+    return out
+
+
+def _laggard(recorder: results.Recorder, spec: RunSpec, procs: dict) -> int:
+    """The rank with the fewest recorded steps (the one the others wait for)."""
+    counts = dict(recorder.conn.execute("SELECT rank, COUNT(*) FROM steps WHERE run_id=? GROUP BY rank",
+                                        (spec.run_id,)).fetchall())
+    return min(procs, key=lambda r: (counts.get(r, 0), r))
+
+
+def _timed_out(log_path: str) -> bool:
+    tail = _read(log_path).splitlines()[-30:]
+    return any("timed out" in line.lower() or "timeout" in line.lower() for line in tail)
+
+
+def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
+              cluster: NetnsCluster, rank: int, how: str) -> str:
+    """Kill every worker still there, record exit codes, and say what happened to ``rank``."""
+    for p in procs.values():
+        if p.poll() is None:
+            cluster.kill(p)
+    for r, p in procs.items():
+        recorder.node(r, exit_code=p.wait())
+    last = results.last_step(recorder.conn, spec.run_id, rank)
+    where = f"after step {last['step']}" if last else "before its first step"
+    log = os.path.join(run_dir, f"node{rank}.log")
+    return f"node {rank} ({nodes[rank].name}) {how} {where}{_log_tail(log)}"
 
 
 def _exit_text(code: int) -> str:

@@ -322,6 +322,70 @@ class TopologySpec:
                    trunks=[Trunk(t["a"], t["b"], hop(t["hop"])) for t in data.get("trunks", [])])
 
 
+FAULT_KINDS = ("link-down", "loss")
+FAULT_FORMS = "link-down:node=N,at=TIME,for=TIME or loss:node=N,pct=P,at=TIME[,for=TIME]"
+
+
+@dataclass
+class FaultSpec:
+    """Something that goes wrong with one node's link mid-run, to see what training does.
+
+    ``link-down`` takes both ends of the node's cable down (as a pulled cable would) for
+    ``for_s``; ``loss`` drops ``pct`` percent of the packets in each direction of that cable from
+    ``at_s`` on, for ``for_s`` (None: to the end of the run). ``at_s`` counts from the first
+    recorded training step, so start-up time does not shift it.
+    """
+
+    kind: str
+    node: int
+    at_s: float
+    for_s: float | None = None
+    pct: float = 0.0
+
+    def validate(self, nodes: int) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise SpecError(f"--fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}.")
+        if not isinstance(self.node, int) or not 0 <= self.node < nodes:
+            raise SpecError(f"--fault node={self.node!r} is not a node of this run (0 to {nodes - 1}).")
+        if not (isinstance(self.at_s, (int, float)) and math.isfinite(self.at_s) and self.at_s >= 0):
+            raise SpecError(f"--fault at= must be zero or a positive time, got {self.at_s!r}.")
+        if self.for_s is not None and not (isinstance(self.for_s, (int, float)) and math.isfinite(self.for_s)
+                                           and self.for_s > 0):
+            raise SpecError(f"--fault for= must be a positive time, got {self.for_s!r}.")
+        if self.kind == "link-down" and self.for_s is None:
+            raise SpecError("--fault link-down needs for=TIME: how long the link stays down.")
+        if self.kind == "loss" and not (isinstance(self.pct, (int, float)) and 0 < self.pct < 100):
+            raise SpecError(f"--fault loss needs pct= above 0 and below 100, got {self.pct!r}.")
+
+    def describe(self) -> str:
+        what = f"loss {self.pct:g}%" if self.kind == "loss" else "link-down"
+        until = f" for {format_duration(self.for_s)}" if self.for_s is not None else ""
+        return f"{what} on node {self.node} at {format_duration(self.at_s) if self.at_s else '0s'}{until}"
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """``link-down:node=1,at=10s,for=2s`` or ``loss:node=0,pct=5,at=5s`` into a FaultSpec."""
+    kind, raw = parse_choice(text, "--fault")
+    if kind not in FAULT_KINDS:
+        raise SpecError(f"--fault '{text}' is not a fault: write {FAULT_FORMS}.")
+    allowed = {"node", "at", "for"} | ({"pct"} if kind == "loss" else set())
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise SpecError(f"--fault {kind} has no option {unknown[0]!r}: write {FAULT_FORMS}.")
+    for key in ("node", "at"):
+        if key not in raw:
+            raise SpecError(f"--fault '{text}' needs {key}=: write {FAULT_FORMS}.")
+    try:
+        node = int(raw["node"])
+    except ValueError:
+        raise SpecError(f"--fault node={raw['node']!r} must be a whole number.") from None
+    fault = FaultSpec(kind=kind, node=node, at_s=parse_duration(raw["at"], "--fault at="),
+                      for_s=parse_duration(raw["for"], "--fault for=") if "for" in raw else None,
+                      pct=parse_percent(raw["pct"], "--fault pct=") if "pct" in raw else 0.0)
+    fault.validate(MAX_NODES)
+    return fault
+
+
 KERNEL_MODES = ("native", "torch")
 # overlap: communication runs in DDP's hook during backward (production); serial: after backward,
 # compress -> communicate -> decompress, each phase timed on its own
@@ -356,6 +420,7 @@ class RunSpec:
     mode: str = "overlap"                    # see TIMING_MODES
     launcher: str = "netns"                  # netns | docker
     command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
+    faults: list[FaultSpec] = field(default_factory=list)
     run_id: str = ""
 
     def network(self) -> TopologySpec:
@@ -394,6 +459,10 @@ class RunSpec:
                 raise SpecError(f"topology '{self.topology.name}' has {len(self.topology.nodes)} nodes but --nodes is {self.nodes}.")
         if self.backend == "nccl" and self.device != "cuda":
             raise SpecError("--backend nccl needs --device cuda; use gloo for CPU tensors.")
+        if not isinstance(self.faults, list) or not all(isinstance(f, FaultSpec) for f in self.faults):
+            raise SpecError(f"faults must be a list of FaultSpec, got {self.faults!r}.")
+        for f in self.faults:
+            f.validate(self.nodes)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -406,6 +475,7 @@ class RunSpec:
             data.setdefault("kernels", "torch")          # stored before native kernels existed
             if data.get("topology") is not None:
                 data["topology"] = TopologySpec.from_dict(data["topology"])
+            data["faults"] = [FaultSpec(**f) for f in data.get("faults", [])]
             spec = cls(**data)
         except (ValueError, TypeError, KeyError) as e:
             raise SpecError(f"run spec JSON is not valid: {e}.") from None

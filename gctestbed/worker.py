@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 from datetime import timedelta
 
@@ -64,6 +65,15 @@ def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, part
     return total
 
 
+def exchange_failed(error: BaseException, rank: int, step: int) -> str:
+    """The node log's last line when a bucket's exchange failed: bad gradients, or a collective that
+    timed out or lost its connection (Gloo's ``[file.cc:N]`` prefix dropped)."""
+    if isinstance(error, hook.NonFiniteGradient):
+        return f"gctestbed: {error}"
+    text = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(error).split()))
+    return f"gctestbed: rank {rank} step {step}: the gradient exchange failed: {text}"
+
+
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
@@ -91,12 +101,14 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
             loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
             sync()
             compute_s = laps.lap()
+        except RuntimeError as e:        # DDP re-raises the hook's failure, garbled: report the hook's own
+            if comm.failure is None:
+                raise
+            sys.exit(exchange_failed(comm.failure, rank, step))
+        try:
             comm.exchange_pending()      # serial mode: every bucket now, each phase timed; overlap: nothing left
-        except RuntimeError as e:        # overlap: DDP re-raises the hook's failure, garbled; serial: as is
-            failure = e if isinstance(e, hook.NonFiniteGradient) else comm.failure
-            if isinstance(failure, hook.NonFiniteGradient):
-                sys.exit(f"gctestbed: {failure}")       # one line, the last of the node's log
-            raise
+        except RuntimeError as e:
+            sys.exit(exchange_failed(e, rank, step))
         sync()
         exchange_s = laps.lap()
         optimizer.step()

@@ -174,7 +174,7 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
-            lambda f: _complete(state, future, buffer, ctx, compressor, payload, numel, launched))
+            lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done))
         return
     current, decode_s = payload, 0.0
     while True:
@@ -190,15 +190,18 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     _deliver(state, future, buffer, result, decode_s)
 
 
-def _complete(state, future, buffer, ctx, compressor, payload, numel, launched) -> None:
-    """Completion of a one-round, summed-only payload (on a backend thread: no collectives here)."""
+def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done) -> None:
+    """Completion of a one-round, summed-only payload (on a backend thread: no collectives here).
+    A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
     try:
+        done.value()
         _finish_round(state, payload, ctx.key)
         state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)
         _deliver(state, future, buffer, result, now() - t)
     except BaseException as e:  # noqa: BLE001
+        state.failure = e
         future.set_exception(e)
 
 

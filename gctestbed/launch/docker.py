@@ -21,7 +21,6 @@ import time
 import psutil
 
 from .. import kernels
-from ..net import topology
 from ..spec import UserError
 from . import image
 from .netns import NetnsCluster, Node
@@ -127,9 +126,7 @@ class DockerCluster(NetnsCluster):
                 raise UserError(f"container {cname} did not start: {container.logs().decode(errors='replace')[-300:]}")
             self.containers[rank], pids[rank] = container, container.attrs["State"]["Pid"]
         self.client = client
-        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
-                                      self.spec.latency_impl, self.spec.seed, self.state.add, adopt=pids)
-        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
+        return self._build_network(adopt=pids)
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/root",

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from ..net import namespaces, topology
+from ..net import faults, namespaces, topology
 from ..spec import RunSpec, UserError
 from .nodeenv import node_environment
 from .state import RunState
@@ -42,9 +42,18 @@ class NetnsCluster:
 
     def up(self) -> list[Node]:
         self.check_host()
+        return self._build_network()
+
+    def _build_network(self, adopt: dict[int, int] | None = None) -> list[Node]:
+        """The run's topology, shaped; ``adopt``: ranks whose namespace is an existing process's."""
+        lossy = frozenset(f.node for f in self.spec.faults if f.kind == "loss")
         self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
-                                      self.spec.latency_impl, self.spec.seed, self.state.add)
+                                      self.spec.latency_impl, self.spec.seed, self.state.add, adopt=adopt, lossy=lossy)
         return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
+
+    def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
+        """Start (``active``) or end a fault on node ``rank``'s cable; see net/faults.py."""
+        faults.apply(self.network, rank, kind, active, pct)
 
     def describe(self) -> dict:
         """How delay is made and the qdisc configuration actually in the kernel, with counters."""

@@ -24,9 +24,7 @@ class Cable:
     b_ns: str
     b_if: str
     hop: Hop
-
-    def as_args(self) -> tuple[str, str, str, str, Hop]:
-        return self.a_ns, self.a_if, self.b_ns, self.b_if, self.hop
+    lossy: bool = False     # a loss fault may strike it mid-run: netem leaf / per-packet delay line from the start
 
 
 def impaired(d: Direction) -> bool:
@@ -47,4 +45,4 @@ def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
     for ns, ifname, direction in ((c.a_ns, c.a_if, c.hop.ab), (c.b_ns, c.b_if, c.hop.ba)):
         with namespaces.iproute(ns) as ipr:
             record("qdisc", dev=ifname, netns=ns)
-            shaping.apply(ipr, ifname, direction, netem=impl == "netem")
+            shaping.apply(ipr, ifname, direction, netem=impl == "netem", always_netem=c.lossy)

@@ -6,7 +6,8 @@ through a timestamped FIFO per direction. Packets stay in the kernel's TCP at bo
 senders see the real round trip (a proxy would hide it). The kernel's htb on each TAP still
 does the rate; the relay only delays and drops. A cable with loss has offloads off so that loss
 hits MTU-sized packets, not 64 KB GSO frames (this costs throughput: a lossy cable is meant for
-modest rates).
+modest rates). A cable a loss fault may strike later has offloads off from the start, and the
+relay takes ``loss CABLE ab|ba PPM`` lines on its stdin to change a direction's loss mid-run.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import subprocess
 from typing import Callable
 
 from .. import kernels
-from ..spec import Direction, Hop
+from ..spec import Direction
 from . import namespaces
+from .cable import Cable
 
 PROGRAM, SOURCES = "gct_delayline", ["net/delayline.cpp"]
 
@@ -28,14 +30,14 @@ def program() -> str:
     return kernels.executable(PROGRAM, SOURCES)
 
 
-def start(cables: list[tuple[str, str, str, str, Hop]], seed: int, record: Callable[..., None]) -> subprocess.Popen:
-    """Start the relay for ``cables`` (a_ns, a_if, b_ns, b_if, hop); return once every TAP exists."""
+def start(cables: list[Cable], seed: int, record: Callable[..., None]) -> subprocess.Popen:
+    """Start the relay for ``cables``; return once every TAP exists."""
     argv = [program(), str(seed)]
-    for a_ns, a_if, b_ns, b_if, hop in cables:
-        offload = 0 if (hop.ab.loss_pct or hop.ba.loss_pct) else 1
-        argv += [os.path.join(namespaces.NETNS_DIR, a_ns), a_if, os.path.join(namespaces.NETNS_DIR, b_ns), b_if,
-                 *_direction_args(hop.ab), *_direction_args(hop.ba), str(offload)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    for c in cables:
+        offload = 0 if (c.lossy or c.hop.ab.loss_pct or c.hop.ba.loss_pct) else 1
+        argv += [os.path.join(namespaces.NETNS_DIR, c.a_ns), c.a_if, os.path.join(namespaces.NETNS_DIR, c.b_ns), c.b_if,
+                 *_direction_args(c.hop.ab), *_direction_args(c.hop.ba), str(offload)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     record("process", name="delayline", pid=proc.pid)
     line = proc.stdout.readline().strip()
@@ -44,6 +46,15 @@ def start(cables: list[tuple[str, str, str, str, Hop]], seed: int, record: Calla
         _, err = proc.communicate()
         raise RuntimeError(f"the delay line did not start: {err.strip() or line}")
     return proc
+
+
+def set_loss(proc: subprocess.Popen, cable: int, direction: str, loss_pct: float) -> None:
+    """Make direction ``ab`` or ``ba`` of the ``cable``-th cable lose ``loss_pct`` percent from now."""
+    proc.stdin.write(f"loss {cable} {direction} {round(loss_pct * 1e4)}\n")
+    proc.stdin.flush()
+    reply = proc.stdout.readline().strip()
+    if reply != "ok":
+        raise RuntimeError(f"the delay line refused a loss change: {reply or proc.stderr.read().strip()}")
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 5.0) -> dict:

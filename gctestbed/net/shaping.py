@@ -34,17 +34,26 @@ def netem_limit_packets(rate_bps: int, delay_s: float) -> int:
     return max(1000, math.ceil(2 * bdp_packets))
 
 
-def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None:
-    """Shape the egress of ``ifname``: htb at ``d.rate_bps``, plus netem for the rest if asked."""
+def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False, always_netem: bool = False) -> None:
+    """Shape the egress of ``ifname``: htb at ``d.rate_bps``, plus netem for the rest if asked
+    (``always_netem``: a netem leaf even with nothing to do yet, for set_loss to change later)."""
     index = _index(ipr, ifname)
     rate = d.rate_bps // 8
     burst = burst_bytes(d.rate_bps)
     _tc(ipr, "add", "htb", index, ROOT, default=1)
     _tc(ipr, "add-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
-    if netem and (d.delay_s or d.jitter_s or d.loss_pct):
-        _tc(ipr, "add", "netem", index, LEAF, parent=CLASS, delay=round(d.delay_s * 1e6),
-            jitter=round(d.jitter_s * 1e6), loss=d.loss_pct,
-            limit=netem_limit_packets(d.rate_bps, d.delay_s + d.jitter_s))
+    if netem and (always_netem or d.delay_s or d.jitter_s or d.loss_pct):
+        _netem(ipr, "add", index, d, d.loss_pct)
+
+
+def set_loss(ipr: IPRoute, ifname: str, d: Direction, loss_pct: float) -> None:
+    """Change the loss of the netem leaf ``apply`` put under ``ifname``'s class, the rest as ``d``."""
+    _netem(ipr, "change", _index(ipr, ifname), d, loss_pct)
+
+
+def _netem(ipr: IPRoute, command: str, index: int, d: Direction, loss_pct: float) -> None:
+    _tc(ipr, command, "netem", index, LEAF, parent=CLASS, delay=round(d.delay_s * 1e6),
+        jitter=round(d.jitter_s * 1e6), loss=loss_pct, limit=netem_limit_packets(d.rate_bps, d.delay_s + d.jitter_s))
 
 
 def describe(ipr: IPRoute, ifname: str) -> dict:

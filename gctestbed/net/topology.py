@@ -73,14 +73,15 @@ class Network:
         return delayline.stop(self.relay) if self.relay else {}
 
 
-def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Record) -> str:
+def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Record, loss_later: bool = False) -> str:
     """How delay, jitter and loss are made: the delay line when asked for by name (even with
-    nothing to delay, to measure the line itself), else ``none`` when no hop needs them, else
-    netem or the delay line (``auto`` prefers netem, probed on a scratch link)."""
+    nothing to delay, to measure the line itself), else ``none`` when no hop needs them (now or,
+    ``loss_later``, from a loss fault mid-run), else netem or the delay line (``auto`` prefers
+    netem, probed on a scratch link)."""
     if requested == "delayline":
         return "delayline"
     hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
-    if not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba)):
+    if not loss_later and not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba)):
         return "none"
     has_netem = probe.qdisc_available(probe_ns, "netem", record)
     if requested == "netem" and not has_netem:
@@ -90,10 +91,10 @@ def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Recor
 
 
 def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed: int, record: Record,
-          adopt: dict[int, int] | None = None) -> Network:
+          adopt: dict[int, int] | None = None, lossy: frozenset[int] = frozenset()) -> Network:
     """Create everything; each object goes through ``record`` before it exists. ``adopt`` maps a
     rank to the pid of a process (a container's) whose network namespace becomes that node's,
-    instead of a new one."""
+    instead of a new one; ``lossy`` are the ranks whose cable a loss fault may strike."""
     net = ipaddress.ip_network(subnet)
     switches = {}
     for i, name in enumerate(topo.switches):
@@ -107,7 +108,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.link("set", index=ipr.link_lookup(ifname=f"{prefix}-br")[0], state="up")
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         switches[name] = ns
-    impl = choose_impl(latency_impl, topo, next(iter(switches.values())), record)
+    impl = choose_impl(latency_impl, topo, next(iter(switches.values())), record, loss_later=bool(lossy))
     network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[])
     for rank, attach in enumerate(topo.nodes):
         node_ns = f"{prefix}-n{rank}"
@@ -117,14 +118,15 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
         else:
             namespaces.create(node_ns)
         _quiet_ipv6(node_ns)
-        network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop))
+        network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop,
+                                          lossy=rank in lossy))
     for j, trunk in enumerate(topo.trunks):
         network.cables.append(cable.Cable(switches[trunk.a], f"{prefix}-t{j}a", switches[trunk.b], f"{prefix}-t{j}b",
                                           trunk.hop))
     if impl == "delayline":
         for c in network.cables:
             record("link", name=c.a_if, netns=c.a_ns, peer=c.b_if, peer_netns=c.b_ns)
-        network.relay = delayline.start([c.as_args() for c in network.cables], seed, record)
+        network.relay = delayline.start(network.cables, seed, record)
     else:
         for c in network.cables:
             cable.create_veth(c, record)

@@ -16,7 +16,9 @@
 //   NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM BA_DELAY_US BA_JITTER_US
 //   BA_LOSS_PPM OFFLOAD(0|1)
 // NETNS_* are paths (/run/netns/NAME). Prints "ready" once every TAP is attached, and one JSON
-// line of counters per direction on SIGTERM/SIGINT.
+// line of counters per direction on SIGTERM/SIGINT. A line "loss CABLE ab|ba PPM" on stdin
+// (CABLE counts from 0 in argument order) sets that direction's loss from then on; the relay
+// answers "ok" or "error: ...". End of stdin only stops the reading of commands.
 
 #include <fcntl.h>
 #include <linux/if.h>
@@ -144,6 +146,21 @@ void arm(int tfd, int64_t next) {
 
 void on_signal(int) { g_stop = 1; }
 
+// Applies one command line; returns the reply.
+std::string command(const std::string& line, std::vector<std::unique_ptr<Direction>>& dirs) {
+  char verb[16] = {0}, dir[8] = {0};
+  long cable = -1;
+  long long ppm = -1;
+  if (std::sscanf(line.c_str(), "%15s %ld %7s %lld", verb, &cable, dir, &ppm) != 4 || std::strcmp(verb, "loss") != 0)
+    return "error: expected 'loss CABLE ab|ba PPM'";
+  bool ab = std::strcmp(dir, "ab") == 0;
+  if ((!ab && std::strcmp(dir, "ba") != 0) || cable < 0 || size_t(2 * cable + 1) >= dirs.size() || ppm < 0 ||
+      ppm > 1000000)
+    return "error: no such cable or direction, or loss outside 0..1000000 ppm";
+  dirs[2 * cable + (ab ? 0 : 1)]->loss_ppm = uint32_t(ppm);
+  return "ok";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,11 +205,15 @@ int main(int argc, char** argv) {
   }
   ev.data.fd = tfd;
   epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+  fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+  ev.data.fd = 0;
+  bool commands = epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev) == 0;  // not for /dev/null, which epoll refuses
+  std::string pending;
   std::printf("ready\n");
   std::fflush(stdout);
 
   std::vector<uint8_t> buf(kMaxFrame);
-  std::vector<epoll_event> events(dirs.size() + 1);
+  std::vector<epoll_event> events(dirs.size() + 2);
   bool busy = false;  // just wrote frames: the kernel may have bridged them to another of our TAPs
   while (!g_stop) {
     int n = epoll_wait(ep, events.data(), int(events.size()), busy ? 0 : -1);
@@ -205,6 +226,22 @@ int main(int argc, char** argv) {
       if (fd == tfd) {
         uint64_t expirations;
         while (read(tfd, &expirations, sizeof expirations) > 0) {}
+        continue;
+      }
+      if (fd == 0) {
+        char text[256];
+        ssize_t got;
+        while ((got = read(0, text, sizeof text)) > 0) pending.append(text, size_t(got));
+        if (got == 0 && commands) {  // our parent closed the pipe: no more commands
+          epoll_ctl(ep, EPOLL_CTL_DEL, 0, nullptr);
+          commands = false;
+        }
+        size_t eol;
+        while ((eol = pending.find('\n')) != std::string::npos) {
+          std::printf("%s\n", command(pending.substr(0, eol), dirs).c_str());
+          std::fflush(stdout);
+          pending.erase(0, eol + 1);
+        }
         continue;
       }
       Direction& d = *by_fd[fd];

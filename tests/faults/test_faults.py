@@ -1,0 +1,106 @@
+"""Faults mid-run: a link that goes down or turns lossy (--fault), and a worker that hangs.
+
+Each run is real (namespaces, shaped links, Gloo); each test checks what the run recorded and
+that nothing of it is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import SMALL, gctestbed, leftovers, show, start, wait_for_steps
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+BASE = ("run", "--nodes", "2", "--bw", "200mbit", "--workload", SMALL, "--no-calibrate")
+
+
+def _finish(proc, timeout=180):
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_short_link_outage_is_survived_and_shows_in_the_steps(tmp_path, state_dir):
+    result = gctestbed(*BASE, "--steps", "60", "--fault", "link-down:node=1,at=1s,for=2s", "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    s = show(tmp_path)
+    assert s["status"] == "ok" and s["steps_recorded"] == 60 and s["params_identical"]
+    [f] = s["faults"]
+    assert f["kind"] == "link-down" and f["node"] == 1
+    assert 1.9 < f["ended"] - f["started"] < 3.0                 # down for the 2 s asked (ticks are 0.25 s)
+    assert f["steps"], "no step overlapped the outage"
+    # no byte crossed for 2 s, so the step spanning the outage waited that long; the others are short
+    assert f["median_step_s_during"] >= 1.0 and f["median_step_s_outside"] < 0.5, f
+    assert leftovers(s["run_id"]) == []
+
+
+def test_a_long_outage_ends_the_run_by_the_timeout(tmp_path, state_dir):
+    began = time.monotonic()
+    result = gctestbed(*BASE, "--steps", "100000", "--timeout", "5s", "--fault", "link-down:node=1,at=1s,for=120s",
+                       "--results", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - began < 90                         # the timeout ended it, not the outage
+    s = show(tmp_path)
+    assert s["status"] == "failed" and "link-down on node 1" in s["error"], s["error"]
+    assert s["steps_recorded"] >= 1
+    [f] = s["faults"]
+    assert f["started"] is not None and f["ended"] is not None   # the run ended with the link down
+    assert len(s["error"].splitlines()) == 1
+    assert leftovers(s["run_id"]) == []
+
+
+def test_loss_drops_packets_on_that_link_only_and_shows_as_retransmissions(tmp_path, state_dir):
+    result = gctestbed(*BASE, "--steps", "40", "--fault", "loss:node=0,pct=5,at=1s", "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    s = show(tmp_path)
+    assert s["status"] == "ok" and s["steps_recorded"] == 40
+    assert s["latency_impl"] in ("delayline", "netem")           # the stage that can drop, in place from the start
+    [f] = s["faults"]
+    assert f["kind"] == "loss" and f["pct"] == 5 and f["steps"]
+    from gctestbed import results
+    conn = results.connect(str(tmp_path))
+    env = conn.execute("SELECT environment FROM runs").fetchone()["environment"]
+    rows = conn.execute("SELECT step, tx_bytes FROM steps WHERE rank=0 AND step>0 ORDER BY step").fetchall()
+    conn.close()
+    import json
+    lines = json.loads(env)["qdisc_stats"].get("delay_lines", {})
+    if lines:
+        lost = {d: c["lost"] for d, c in lines.items()}
+        assert all(v > 0 for d, v in lost.items() if "-n0/" in d), lost
+        assert all(v == 0 for d, v in lost.items() if "-n0/" not in d), lost
+    before = [r["tx_bytes"] for r in rows if r["step"] not in f["steps"]]
+    during = [r["tx_bytes"] for r in rows if r["step"] in f["steps"]]
+    assert during and f["median_tx_bytes_during"] > 1.02 * min(during + before)   # retransmitted segments
+    assert leftovers(s["run_id"]) == []
+
+
+def test_a_stopped_worker_is_named_once_the_timeout_passes(tmp_path, state_dir):
+    proc = start(*BASE, "--steps", "100000", "--timeout", "5s", "--results", str(tmp_path))
+    ledger = wait_for_steps(tmp_path, 3)
+    worker = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n1"))
+    stopped_at = time.monotonic()
+    os.kill(worker["pid"], signal.SIGSTOP)
+    _, err = _finish(proc)
+    assert proc.returncode == 1, err
+    assert time.monotonic() - stopped_at < 60
+    s = show(tmp_path, ledger["run_id"])
+    assert s["status"] == "failed"
+    assert "node 1" in s["error"] and "stopped responding" in s["error"] and "after step" in s["error"], s["error"]
+    assert s["steps_recorded"] >= 3
+    assert leftovers(ledger["run_id"]) == []
+
+
+@pytest.mark.parametrize("fault", ["link-down:node=1,at=1s", "loss:node=0,at=1s", "loss:node=0,pct=150,at=1s",
+                                   "link-down:node=5,at=1s,for=1s", "flap:node=0,at=1s", "link-down:node=0,at=1s,for=1s,pct=3",
+                                   "link-down:at=1s,for=1s", "loss:node=x,pct=5,at=1s"])
+def test_a_bad_fault_is_one_sentence_and_exit_2(tmp_path, fault):
+    result = gctestbed(*BASE, "--steps", "2", "--fault", fault, "--results", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--fault" in result.stderr, result.stderr
