@@ -460,6 +460,48 @@ def _bench_report(title: str, measure, table, as_json: bool, width: int | None =
         Console(width=max(Console().width, width or 0)).print(table(report))
 
 
+@bench.command(name="soak")
+@click.option("--minutes", default=60.0, show_default=True, help="How long to keep starting runs.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the choice of faults.")
+@click.option("--launchers", default="netns", show_default=True,
+              help="Launchers to mix, comma-separated (netns, docker).")
+@click.option("--results", "results_dir", default="results/soak", show_default=True, help="Results directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def bench_soak(minutes, seed, launchers, results_dir, as_json):
+    """Short runs with random faults for MINUTES; then what, if anything, was left behind."""
+    from .bench import soak as soak_
+    chosen = [x.strip() for x in launchers.split(",") if x.strip()]
+    if not chosen or any(x not in LAUNCHERS for x in chosen) or minutes <= 0:
+        raise SpecError(f"--launchers takes {', '.join(LAUNCHERS)} and --minutes a positive number.")
+    runner.cluster_class(RunSpec(nodes=1, link=LinkSpec(bw_bps=1), launcher=chosen[-1])).check_host()
+    outcome = {}
+
+    def measure(phase):
+        outcome.update(soak_.run(minutes, results_dir, seed, chosen, phase))
+        with open(os.path.join(results_dir, "soak.json"), "w") as f:
+            json.dump(outcome, f, indent=2)
+        return outcome
+
+    _bench_report("bench soak", measure, soak_table, as_json)
+    if outcome["leaks"] or outcome["unexpected"]:
+        sys.exit(1)
+
+
+def soak_table(report: dict) -> Table:
+    table = Table(title=f"soak: {report['runs']} runs in {report['minutes']:g} min ({', '.join(report['launchers'])}); "
+                        f"left behind: {len(report['leaks'])}; open files {report['fds_before']} -> {report['fds_after']}")
+    for col in ("scenario", "runs", "as expected", "steps recorded"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    for r in report["scenarios"]:
+        table.add_row(r["scenario"], str(r["runs"]), str(r["as_expected"]), str(r["steps"]))
+    for r in report["unexpected"]:
+        table.add_row(escape(f"UNEXPECTED {r['scenario']} run {r['run_id']}: exit {r['exit_code']}, {r['status']}, "
+                             f"{r['note']} {r['error'] or ''}"[:400]), "", "", "")
+    for leak in report["leaks"]:
+        table.add_row(escape(f"LEFT BEHIND {leak}"[:400]), "", "", "")
+    return table
+
+
 @bench.command(name="kernels")
 @click.option("--size", default=25_000_000, show_default=True, help="Elements of the synthetic gradient.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="Where to run.")

@@ -58,8 +58,13 @@ class ContainerProcess:
         return self.client.api.exec_inspect(self.exec_id)
 
     def poll(self) -> int | None:
+        """None while running; else the exit code, or minus the signal that ended it (the engine
+        reports 128 + signal, as a shell does), like Popen."""
         info = self._inspect()
-        return None if info["Running"] else info["ExitCode"]
+        if info["Running"]:
+            return None
+        code = info["ExitCode"]
+        return -(code - 128) if code is not None and 128 < code < 128 + 32 else code
 
     def wait(self) -> int:
         self._pump.join()
