@@ -7,13 +7,15 @@ store, never logs, so a report can be rebuilt at any time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 import sqlite3
 import statistics
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .spec import RunSpec, UserError
 
@@ -110,6 +112,37 @@ def db_path(results_dir: str) -> str:
     return os.path.join(os.path.abspath(results_dir), DB_NAME)
 
 
+BUSY_TIMEOUT_S = 30.0          # how long a writer waits for another process's lock before giving up
+MIN_FREE_BYTES = 4 << 20       # a run needs room for its steps, spec and logs: refuse to start with less
+
+
+class StoreError(UserError):
+    """The store cannot be read or written (no space, locked, read-only, damaged); one sentence.
+    SQLite's transactions and WAL keep what was stored before intact."""
+
+
+def store_error(path: str, error: Exception) -> StoreError:
+    """One sentence for what went wrong with the store at ``path``, and what to do."""
+    text = str(error)
+    low = text.lower()
+    try:
+        no_room = shutil.disk_usage(os.path.dirname(path)).free < (256 << 10)
+    except OSError:
+        no_room = False
+    if "full" in low or getattr(error, "errno", None) == 28 or no_room:
+        why = "the disk is full; free space and run again"
+    elif "locked" in low or "busy" in low:
+        why = (f"another process has held it locked for more than {BUSY_TIMEOUT_S:g} s; "
+               "let it finish, or use another --results directory")
+    elif "readonly" in low or "read-only" in low or "permission" in low or getattr(error, "errno", None) in (13, 30):
+        why = "it is not writable here; check the directory's permissions or mount, or use another --results directory"
+    elif "malformed" in low or "not a database" in low or "corrupt" in low or "disk i/o" in low:
+        why = "the file is damaged or not a gctestbed store; move it aside (keep it: SQLite's .recover may save rows) or use another --results directory"
+    else:
+        why = "check the directory is writable and the file is a gctestbed store"
+    return StoreError(f"results store {path}: {text}: {why}; nothing already stored was changed.")
+
+
 def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
     """Open (and if asked create) the store of ``results_dir``."""
     path = db_path(results_dir)
@@ -118,20 +151,39 @@ def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fresh = not os.path.exists(path)
-        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         if fresh:
             os.chmod(path, 0o600)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA foreign_keys=ON")
-        with conn:
-            conn.executescript(SCHEMA)
-            _migrate(conn)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    except (OSError, sqlite3.DatabaseError) as e:
-        raise UserError(f"cannot open the results store {path}: {e}; check the directory is writable and the file is a gctestbed store.") from None
+        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:    # new or older: no write otherwise
+            with conn:
+                conn.executescript(SCHEMA)
+                _migrate(conn)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    except (OSError, sqlite3.Error) as e:
+        raise store_error(path, e) from None
     return conn
+
+
+def check_writable(results_dir: str) -> None:
+    """Before a run builds anything: the store opens, is sound, and can take a write now."""
+    path = db_path(results_dir)
+    conn = connect(results_dir)
+    try:
+        if shutil.disk_usage(os.path.dirname(path)).free < MIN_FREE_BYTES:
+            raise sqlite3.OperationalError(f"less than {MIN_FREE_BYTES >> 20} MB free: database or disk is full")
+        bad = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if bad != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed ({bad})")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as e:
+        raise store_error(path, e) from None
+    finally:
+        conn.close()
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -150,29 +202,39 @@ class Recorder:
     def __init__(self, results_dir: str, run_id: str):
         self.conn = connect(results_dir)
         self.run_id = run_id
+        self.path = db_path(results_dir)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; any SQLite failure becomes one StoreError sentence (and is rolled back)."""
+        try:
+            with self.conn:
+                yield self.conn
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
 
     def close(self) -> None:
         self.conn.close()
 
     def start_run(self, spec: RunSpec, environment: dict) -> None:
-        with self.conn:
+        with self._writing():
             self.conn.execute("INSERT INTO runs (run_id, created_at, status, spec, environment) VALUES (?, ?, 'running', ?, ?)",
                               (self.run_id, time.time(), spec.to_json(), json.dumps(environment)))
 
     def update_environment(self, **items: Any) -> None:
-        with self.conn:
+        with self._writing():
             row = self.conn.execute("SELECT environment FROM runs WHERE run_id=?", (self.run_id,)).fetchone()
             env = {**json.loads(row["environment"]), **items}
             self.conn.execute("UPDATE runs SET environment=? WHERE run_id=?", (json.dumps(env), self.run_id))
 
     def finish_run(self, status: str, error: str | None = None) -> None:
-        with self.conn:
+        with self._writing():
             self.conn.execute("UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?",
                               (status, error, time.time(), self.run_id))
 
     def node(self, rank: int, **fields: Any) -> None:
         """Insert or update the row of node ``rank`` (name, address, exit_code, param_sha256)."""
-        with self.conn:
+        with self._writing():
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
                 if key not in ("name", "address", "exit_code", "param_sha256", "eval_loss", "eval_accuracy"):
@@ -182,14 +244,14 @@ class Recorder:
     def calibration(self, path: dict[str, Any]) -> None:
         """Store one measured path (net.calibrate.PathResult.to_dict())."""
         values = [path.get(k) for k in CALIBRATION_FIELDS]
-        with self.conn:
+        with self._writing():
             self.conn.execute(f"INSERT INTO calibrations (run_id, t, {', '.join(CALIBRATION_FIELDS)}) "
                               f"VALUES (?, ?, {', '.join('?' * len(CALIBRATION_FIELDS))})",
                               (self.run_id, time.time(), *values))
 
     def fault(self, idx: int, kind: str, node: int, pct: float, **times: float) -> None:
         """Record when fault ``idx`` of the run started or ended (``started=``/``ended=`` wall times)."""
-        with self.conn:
+        with self._writing():
             self.conn.execute("INSERT OR IGNORE INTO faults (run_id, idx, kind, node, pct) VALUES (?, ?, ?, ?, ?)",
                               (self.run_id, idx, kind, node, pct))
             for key, value in times.items():
@@ -203,7 +265,7 @@ class Recorder:
         if unknown:
             raise KeyError(sorted(unknown))
         cols = ["run_id", "rank", "step", "t", *values]
-        with self.conn:
+        with self._writing():
             self.conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                               (self.run_id, rank, step, time.time(), *values.values()))
 

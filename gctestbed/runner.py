@@ -64,6 +64,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
     launcher = cluster_class(spec)
     launcher.check_host()
+    results.check_writable(spec.results_dir)        # a full, locked or damaged store stops us before anything is built
     if spec.backend == "nccl":
         import torch
         nodeenv.check_nccl(spec.nodes, torch.cuda.device_count())
@@ -118,7 +119,12 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)
                 status = "failed"
             if recorder is not None:
-                recorder.finish_run(status, error)
+                try:
+                    recorder.finish_run(status, error)
+                except results.StoreError:       # disk full, locked: keep the outcome for 'gctestbed clean'
+                    state.objects = []
+                    state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})
+                    raise
     summary = results.summarize(recorder.conn, results.find_run(recorder.conn, spec.run_id))
     recorder.close()
     return summary
@@ -295,11 +301,21 @@ def clean() -> tuple[list[str], list[str]]:
     """Remove what dead runs left; mark their runs failed in their stores. Returns (run ids, problems)."""
     cleaned, problems = ledger.clean_dead()
     for st in cleaned:
-        if st.results_db and os.path.exists(st.results_db):
-            with contextlib.suppress(Exception):
-                rec = results.Recorder(os.path.dirname(st.results_db), st.run_id)
+        if not (st.results_db and os.path.exists(st.results_db)):
+            continue
+        try:
+            rec = results.Recorder(os.path.dirname(st.results_db), st.run_id)
+            try:
                 row = rec.conn.execute("SELECT status FROM runs WHERE run_id=?", (st.run_id,)).fetchone()
-                if row and row["status"] == "running":
+                outcome = st.meta.get("outcome")
+                if row and row["status"] == "running" and outcome:
+                    rec.finish_run(outcome["status"], (outcome["error"] + "; " if outcome["error"] else "") +
+                                   "recorded by 'gctestbed clean': the store could not be written when the run ended")
+                elif row and row["status"] == "running":
                     rec.finish_run("failed", "its gctestbed process died; cleaned up by 'gctestbed clean'")
+            finally:
                 rec.close()
+        except results.StoreError as e:          # still full or locked: keep the ledger for the next clean
+            st.update(meta=st.meta)
+            problems.append(f"run {st.run_id}: its outcome is not recorded yet ({e})")
     return [st.run_id for st in cleaned], problems

@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     with open(argv[0]) as f:
         spec = RunSpec.from_json(f.read())
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    train(spec, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ.get("GCTESTBED_IFNAME", "eth0"))
+    try:
+        train(spec, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ.get("GCTESTBED_IFNAME", "eth0"))
+    except results.StoreError as e:          # disk full, store locked or damaged: one line, the log's last
+        sys.exit(f"gctestbed: rank {os.environ['RANK']}: {e}")
 
 
 if __name__ == "__main__":
