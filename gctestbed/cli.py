@@ -35,6 +35,10 @@ class Cli(click.Group):
         except UserError as e:
             click.echo(f"gctestbed: {e}", err=True)
             ctx.exit(2)
+        except click.UsageError as e:        # click's own (a missing value, a bad choice): one line too
+            where = e.ctx.command_path if e.ctx else "gctestbed"
+            click.echo(f"gctestbed: {UserError(e.format_message().rstrip('.'))}; see '{where} --help'.", err=True)
+            ctx.exit(2)
 
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})

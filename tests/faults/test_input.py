@@ -91,3 +91,56 @@ def test_runspec_json_loads_or_refuses(fields):
         RunSpec.from_json(json.dumps(base))
     except SpecError as e:
         _one_sentence(e)
+
+
+class _Accepted(Exception):
+    """Raised instead of running: the command line was accepted."""
+
+
+FLAG_VALUES = {
+    "--nodes": st.one_of(st.integers(-3, 80).map(str), TYPED),
+    "--bw": TYPED, "--bw-down": TYPED, "--latency": TYPED, "--jitter": TYPED, "--loss": TYPED,
+    "--steps": st.one_of(st.integers(-2, 10**12).map(str), TYPED), "--batch-size": TYPED, "--lr": TYPED,
+    "--timeout": TYPED, "--bucket-cap-mb": TYPED, "--seed": TYPED,
+    "--compressor": st.one_of(st.sampled_from(compress.names()), st.builds(lambda n, o: f"{n}:{o}",
+                              st.sampled_from(compress.names()), OPTION), st.text(max_size=20)),
+    "--workload": st.one_of(st.sampled_from(["mlp", "cnn", "lstm", "transformer", "mlp:width=64", "os:path",
+                                             "no.such.module:fn", "mlp:depth=0"]), st.text(max_size=20)),
+    "--fault": st.one_of(st.builds(lambda k, n, a, f, p: f"{k}:node={n},at={a},for={f},pct={p}",
+                                   st.sampled_from(["link-down", "loss", "flap", ""]), st.integers(-1, 70),
+                                   TYPED, TYPED, TYPED),
+                         st.builds(lambda k, n, a: f"{k}:node={n},at={a}", st.sampled_from(["link-down", "loss"]),
+                                   st.integers(0, 3), TYPED), st.text(max_size=30)),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(sorted(FLAG_VALUES)), min_size=1, max_size=4, unique=True).flatmap(
+    lambda flags: st.tuples(*[st.tuples(st.just(f), FLAG_VALUES[f]) for f in flags])))
+def test_the_command_line_accepts_or_exits_2_in_one_sentence(monkeypatch_module, pairs):
+    """``gctestbed run`` with what hypothesis types into its flags: the run starts, or stderr holds
+    exactly one 'gctestbed: ...' line and the exit status is 2 — never a traceback."""
+    from click.testing import CliRunner
+    from gctestbed.cli import main
+    args = ["run", "--no-calibrate"] + [x for flag, value in pairs for x in (flag, value)]
+    result = CliRunner().invoke(main, args)
+    if isinstance(result.exception, _Accepted):
+        return
+    assert result.exit_code == 2, (args, result.output, result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gctestbed: "), (args, result.stderr)
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    """The runner and the host check replaced for this module: an accepted command line raises
+    _Accepted instead of building a network."""
+    from gctestbed import runner
+
+    def accepted(*args, **kwargs):
+        raise _Accepted()
+    mp = pytest.MonkeyPatch()
+    mp.setattr(runner, "run", accepted)
+    yield mp
+    mp.undo()
