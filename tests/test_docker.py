@@ -89,12 +89,16 @@ def _stop(proc, sig):
             proc.wait()
 
 
-def test_ctrl_c_removes_the_containers(tmp_path, state_dir, node_image):
+def test_ctrl_c_removes_the_containers_which_had_net_admin_only(tmp_path, state_dir, node_image):
     import signal
     from helpers import start, wait_for_steps
     proc = start(*LONG, "--results", str(tmp_path))
     run_id = wait_for_steps(tmp_path, 3)["run_id"]
     assert len(_containers_of(run_id)) == 2
+    import docker
+    for name in _containers_of(run_id):              # the least privilege that lets tc run inside
+        host = docker.from_env().containers.get(name).attrs["HostConfig"]
+        assert host["CapAdd"] == ["NET_ADMIN"] and not host["Privileged"] and host["NetworkMode"] == "none", host
     _, err = _stop(proc, signal.SIGINT)
     assert proc.returncode == 130, err
     assert leftovers(run_id) == [] and _containers_of(run_id) == []
