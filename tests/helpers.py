@@ -8,9 +8,8 @@ import subprocess
 import sys
 import time
 
-import psutil
 
-from gctestbed.net import namespaces
+from gctestbed.launch.state import census
 
 SMALL = "mlp:width=512,depth=2,input_dim=512"   # 0.8 M parameters: 3.2 MB of fp32 gradient per step
 
@@ -53,16 +52,6 @@ def ledger_of(run_id: str) -> dict:
 
 def leftovers(run_id: str) -> list[str]:
     """Everything of run ``run_id`` still on this machine: namespaces, ledger, processes."""
-    prefix = f"gct-{run_id}-"
-    found = [f"netns {n}" for n in os.listdir(namespaces.NETNS_DIR) if n.startswith(prefix)] \
-        if os.path.isdir(namespaces.NETNS_DIR) else []
-    if os.path.exists(os.path.join(os.environ["GCTESTBED_STATE_DIR"], f"{run_id}.json")):
-        found.append("ledger file")
-    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
-        try:
-            cmdline = " ".join(p.info["cmdline"] or [])
-            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix) or prefix in cmdline:
-                found.append(f"process {p.pid}: {cmdline}")
-        except psutil.Error:
-            continue
-    return found
+    found = census(f"gct-{run_id}-")
+    return [f"{'ledger file' if kind == 'ledgers' else kind} {item}" for kind, items in found.items() for item in items]
+

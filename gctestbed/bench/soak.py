@@ -24,7 +24,6 @@ import psutil
 
 from .. import results
 from ..launch import state as ledger
-from ..net import namespaces
 
 WORKLOAD = "mlp:width=512,depth=2,input_dim=512"
 TIMEOUT = "5s"
@@ -52,32 +51,6 @@ SCENARIOS = [
 ]
 
 
-def census(prefix: str = "gct-", containers: bool = False) -> dict[str, list[str]]:
-    """What of gctestbed's is on this machine now: namespaces, ledgers, processes, and (asked
-    for when a launcher makes them, so no engine is bothered otherwise) containers."""
-    found = {"namespaces": sorted(n for n in os.listdir(namespaces.NETNS_DIR) if n.startswith(prefix))
-             if os.path.isdir(namespaces.NETNS_DIR) else [],
-             "ledgers": sorted(s.run_id for s in ledger.load_all() if f"gct-{s.run_id}-".startswith(prefix)),
-             "processes": [], "containers": []}
-    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
-        try:
-            cmdline = " ".join(p.info["cmdline"] or [])
-            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix) or \
-                    ("gct_delayline" in cmdline and prefix in cmdline):
-                found["processes"].append(f"{p.pid} {cmdline[:120]}")
-        except psutil.Error:
-            continue
-    if containers:
-        import docker
-        client = docker.from_env()
-        try:
-            found["containers"] = sorted(c.name for c in client.containers.list(
-                all=True, filters={"label": "gctestbed.run"}) if c.name.startswith(prefix))
-        finally:
-            client.close()
-    return found
-
-
 def open_fds() -> int:
     return psutil.Process().num_fds()
 
@@ -87,7 +60,7 @@ def run(minutes: float, results_dir: str, seed: int, launchers: list[str], phase
     rng = random.Random(seed)
     os.makedirs(results_dir, exist_ok=True)
     boxes = "docker" in launchers
-    before, fds_before = census(containers=boxes), open_fds()
+    before, fds_before = ledger.census(containers=boxes), open_fds()
     deadline = time.monotonic() + minutes * 60
     rows, leaks = [], []
     while time.monotonic() < deadline:
@@ -95,12 +68,12 @@ def run(minutes: float, results_dir: str, seed: int, launchers: list[str], phase
         phase(f"soak: run {len(rows) + 1}, {scenario.name} ({launcher}, {nodes} nodes), "
               f"{max(0, deadline - time.monotonic()) / 60:.0f} min left")
         row = _one(scenario, launcher, nodes, rng, results_dir)
-        after = census(f"gct-{row['run_id']}-" if row["run_id"] else "gct-", boxes)
+        after = ledger.census(f"gct-{row['run_id']}-" if row["run_id"] else "gct-", boxes)
         left = [f"{kind} {item}" for kind, items in after.items() for item in items]
         row["left"] = left
         leaks += [f"run {row['run_id']} ({scenario.name}): {x}" for x in left]
         rows.append(row)
-    end, fds_after = census(containers=boxes), open_fds()
+    end, fds_after = ledger.census(containers=boxes), open_fds()
     for kind in end:
         for item in sorted(set(end[kind]) - set(before[kind])):
             leaks.append(f"at the end: {kind} {item}")

@@ -238,3 +238,28 @@ def _locked_if_present() -> Iterator[None]:
         return
     with _locked(directory):
         yield
+
+
+def census(prefix: str = "gct-", containers: bool = False) -> dict[str, list[str]]:
+    """What of gctestbed's is on this machine now: namespaces, ledgers, processes, and (asked
+    for when a launcher makes them, so no engine is bothered otherwise) containers."""
+    found = {"namespaces": sorted(n for n in os.listdir(namespaces.NETNS_DIR) if n.startswith(prefix))
+             if os.path.isdir(namespaces.NETNS_DIR) else [],
+             "ledgers": sorted(s.run_id for s in load_all() if f"gct-{s.run_id}-".startswith(prefix)),
+             "processes": [], "containers": []}
+    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
+        try:
+            cmdline = " ".join(p.info["cmdline"] or [])
+            if (p.info["environ"] or {}).get("GCTESTBED_NODE", "").startswith(prefix) or prefix in cmdline:
+                found["processes"].append(f"{p.pid} {cmdline[:120]}")
+        except psutil.Error:
+            continue
+    if containers:
+        import docker
+        client = docker.from_env()
+        try:
+            found["containers"] = sorted(c.name for c in client.containers.list(
+                all=True, filters={"label": "gctestbed.run"}) if c.name.startswith(prefix))
+        finally:
+            client.close()
+    return found
