@@ -31,7 +31,7 @@ class UserError(Exception):
         super().__init__(_CONTROL.sub(lambda m: repr(m.group())[1:-1], str(message)))
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")    # what str.splitlines() would break on, and the rest of C0/C1
 
 
 class SpecError(UserError, ValueError):
