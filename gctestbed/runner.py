@@ -85,6 +85,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             on_phase("building the network")
             nodes = cluster.up()
             os.makedirs(run_dir, exist_ok=True)
+            os.chmod(run_dir, 0o700)                 # its spec and node logs: the owner's, like the store
             spec_path = os.path.join(run_dir, "spec.json")
             with open(spec_path, "w") as f:
                 f.write(spec.to_json())

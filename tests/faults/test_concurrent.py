@@ -45,6 +45,7 @@ def test_two_runs_at_once_share_nothing_but_the_store(tmp_path, state_dir):
         rows = conn.execute("SELECT run_id, status FROM runs").fetchall()
         assert len(rows) == expected and {r[1] for r in rows} == {"ok"}
         for run_id, _ in rows:
+            assert stat.S_IMODE(os.stat(d / "runs" / run_id).st_mode) == 0o700      # spec and logs private too
             # each run has exactly its own 2 ranks x 6 steps, and its own node rows
             assert conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (run_id,)).fetchone()[0] == 12
             assert conn.execute("SELECT COUNT(DISTINCT address) FROM nodes WHERE run_id=?", (run_id,)).fetchone()[0] == 2
