@@ -477,7 +477,8 @@ def bench_soak(minutes, seed, launchers, results_dir, as_json):
     chosen = [x.strip() for x in launchers.split(",") if x.strip()]
     if not chosen or any(x not in LAUNCHERS for x in chosen) or minutes <= 0:
         raise SpecError(f"--launchers takes {', '.join(LAUNCHERS)} and --minutes a positive number.")
-    runner.cluster_class(RunSpec(nodes=1, link=LinkSpec(bw_bps=1), launcher=chosen[-1])).check_host()
+    for launcher in chosen:                  # refuse now, not after an hour of failed runs
+        runner.cluster_class(RunSpec(nodes=1, link=LinkSpec(bw_bps=1), launcher=launcher)).check_host()
     outcome = {}
 
     def measure(phase):
