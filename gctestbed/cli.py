@@ -479,6 +479,9 @@ def bench_soak(minutes, seed, launchers, results_dir, as_json):
         raise SpecError(f"--launchers takes {', '.join(LAUNCHERS)} and --minutes a positive number.")
     for launcher in chosen:                  # refuse now, not after an hour of failed runs
         runner.cluster_class(RunSpec(nodes=1, link=LinkSpec(bw_bps=1), launcher=launcher)).check_host()
+    if "docker" in chosen:
+        from .launch import image
+        image.needs_host_mounts(image.client(), image.tag(False))      # the node image must exist
     outcome = {}
 
     def measure(phase):
