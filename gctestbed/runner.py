@@ -155,10 +155,11 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                on_progress: Progress | None, cluster: NetnsCluster) -> str | None:
     """Wait for every worker, applying the run's faults on time; on the first failure stop the
     rest and say which node failed and how. A node that hangs is named too: the others give up
-    on it after the collective timeout, and a run in which no node records a step for longer
-    than that is stopped here."""
+    on it after the collective timeout, and a run of our worker in which no node records a step
+    for longer than that (while steps remain) is stopped here."""
     plan = FaultPlan(spec.faults, cluster, recorder.fault)
     seen, recorded, quiet_since = -1, 0, time.monotonic()
+    watch = not spec.command     # our own loop records every step; a user's program may pause as it likes
     try:
         while True:
             codes = {rank: p.poll() for rank, p in procs.items()}
@@ -172,7 +173,8 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
             count = recorder.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (spec.run_id,)).fetchone()[0]
             if count != recorded:
                 recorded, quiet_since = count, time.monotonic()
-            elif recorded and time.monotonic() - quiet_since > spec.timeout_s + STALL_GRACE_S:
+            elif watch and 0 < recorded < spec.nodes * spec.steps and \
+                    time.monotonic() - quiet_since > spec.timeout_s + STALL_GRACE_S:
                 rank = next(iter(_stopped(procs, codes)), None)
                 rank = rank if rank is not None else _laggard(recorder, spec, procs)
                 how = (f"stopped responding: no node recorded a step for {time.monotonic() - quiet_since:.0f} s "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import textwrap
 import time
 
 import pytest
@@ -104,3 +105,47 @@ def test_a_bad_fault_is_one_sentence_and_exit_2(tmp_path, fault):
     result = gctestbed(*BASE, "--steps", "2", "--fault", fault, "--results", str(tmp_path))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--fault" in result.stderr, result.stderr
+
+
+HANGING = textwrap.dedent('''
+    import time
+    import torch
+    from torch import nn
+
+    def make(rank, world, batch_size, seed, who=WHO):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 2))
+        def batches():
+            step = 0
+            while True:
+                if rank in who and step == 3:
+                    time.sleep(3600)                # a data loader that never returns
+                step += 1
+                x = torch.randn(batch_size, 64)
+                yield x, (x[:, 1] > 0).long()
+        return model, batches(), nn.functional.cross_entropy
+''')
+
+
+def test_a_node_hung_in_its_own_code_is_named_not_the_one_that_waited(tmp_path, state_dir):
+    (tmp_path / "hanging.py").write_text(HANGING.replace("WHO", "(1,)"))
+    result = gctestbed(*BASE[:-3], "--workload", "hanging:make", "--no-calibrate", "--steps", "20", "--timeout", "4s",
+                       "--results", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    s = show(tmp_path / "r")
+    assert s["status"] == "failed" and s["steps_recorded"] == 3
+    assert s["error"].startswith("node 1 ") and "node 0 gave up waiting for it" in s["error"], s["error"]
+    assert leftovers(s["run_id"]) == []
+
+
+def test_when_every_node_hangs_outside_a_collective_the_runner_stops_the_run(tmp_path, state_dir):
+    (tmp_path / "hanging.py").write_text(HANGING.replace("WHO", "(0, 1)"))
+    began = time.monotonic()
+    result = gctestbed(*BASE[:-3], "--workload", "hanging:make", "--no-calibrate", "--steps", "20", "--timeout", "2s",
+                       "--results", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - began < 120
+    s = show(tmp_path / "r")
+    assert s["status"] == "failed" and s["steps_recorded"] == 3
+    assert "no node recorded a step for" in s["error"] and "--timeout 2s plus 30 s" in s["error"], s["error"]
+    assert leftovers(s["run_id"]) == []
