@@ -191,25 +191,46 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
 
 
 def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, str]:
-    """The node that caused a failure, and how: a stopped node, else one killed by a signal, else
-    the first to fail, unless it only gave up waiting (a collective timed out) on a node that is
-    still there, hung, once the others have had a moment to fail too."""
+    """The node that caused a failure, and how. Several nodes often fail within one poll, and the
+    ones that only lost their peer (a collective timed out or its connection closed, or Gloo
+    aborted after that) are consequences, not causes. A stopped node comes first, then one that
+    said why it stopped (a "gctestbed:" line: bad gradients, a full store), then one killed by a
+    signal, then one that failed on its own; a node that only gave up waiting is blamed last, and
+    then a node still there, hung, once the others have had a moment to fail too, is named instead."""
     stopped = _stopped(procs, codes)
     if stopped:
         return stopped[0], "stopped responding (its process is stopped: SIGSTOP or a debugger)"
-    signalled = [r for r, c in codes.items() if c is not None and c < 0]
-    if signalled:
-        return signalled[0], _exit_text(codes[signalled[0]])
-    first = next(r for r, c in codes.items() if c not in (None, 0))
-    if _timed_out(os.path.join(run_dir, f"node{first}.log")):
+    tails = {r: _read(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes}
+
+    def standing(r: int) -> int:
+        last = next((line for line in reversed(tails[r]) if line.strip()), "")
+        waited = any(k in line.lower() for line in tails[r] for k in _CONSEQUENCES)
+        if last.startswith("gctestbed:") and "gradient exchange failed" not in last:
+            return 0
+        if codes[r] < 0 and codes[r] != -signal.SIGABRT:
+            return 1
+        return 4 if waited else 3 if codes[r] == -signal.SIGABRT else 2
+
+    def best() -> int:
+        return min((r for r, c in codes.items() if c not in (None, 0)), key=lambda r: (standing(r), r))
+    first = best()
+    if standing(first) >= 3:                 # a consequence: wait for the cause to show itself
         deadline = time.monotonic() + HUNG_GRACE_S
         while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
             time.sleep(POLL_S)
-        alive = [r for r, p in procs.items() if p.poll() is None]
-        if alive:
-            return alive[0], (f"stopped responding: node {first} gave up waiting for it after the collective timeout "
+        codes.update({r: p.poll() for r, p in procs.items()})
+        tails.update({r: _read(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes})
+        alive = [r for r, c in codes.items() if c is None]
+        first = best()
+        if alive and standing(first) >= 3:
+            return alive[0], (f"stopped responding: node {first} gave up waiting for it "
                               f"(--timeout {format_duration(spec.timeout_s)})")
     return first, _exit_text(codes[first])
+
+
+# what a node's log says when it failed only because a peer went away or went quiet
+_CONSEQUENCES = ("timed out", "timeout", "connection reset", "connection closed", "broken pipe",
+                 "gradient exchange failed", "terminate called")
 
 
 def _stopped(procs: dict, codes: dict) -> list[int]:
@@ -228,11 +249,6 @@ def _laggard(recorder: results.Recorder, spec: RunSpec, procs: dict) -> int:
     counts = dict(recorder.conn.execute("SELECT rank, COUNT(*) FROM steps WHERE run_id=? GROUP BY rank",
                                         (spec.run_id,)).fetchall())
     return min(procs, key=lambda r: (counts.get(r, 0), r))
-
-
-def _timed_out(log_path: str) -> bool:
-    tail = _read(log_path).splitlines()[-30:]
-    return any("timed out" in line.lower() or "timeout" in line.lower() for line in tail)
 
 
 def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
