@@ -50,10 +50,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
-    """A private ledger directory, so tests never see or clean a user's live runs."""
+    """A private ledger directory, so tests never see or clean a user's live runs. Whatever a
+    test's runs still hold when it ends (a run cut short by a timeout, a failed assertion) is
+    undone from these ledgers, so nothing outlives the test."""
     directory = tmp_path / "state"
     monkeypatch.setenv("GCTESTBED_STATE_DIR", str(directory))
-    return directory
+    yield directory
+    from gctestbed.launch.state import load_all
+    for st in load_all():
+        st.undo()
 
 
 @pytest.fixture
