@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,16 @@ def gctestbed(*args: str, **kw) -> subprocess.CompletedProcess:
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gctestbed.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """Wait for a CLI started with ``start``; kill its whole session if it outlives ``timeout``."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def show(results_dir, run_id=None) -> dict:

@@ -9,26 +9,17 @@ import time
 import psutil
 import pytest
 
-from helpers import SMALL, gctestbed, leftovers, show, start, wait_for_steps
+from helpers import SMALL, finish, gctestbed, leftovers, show, start, wait_for_steps
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 LONG = ("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "100000", "--no-calibrate")
-
-
-def _finish(proc, timeout=60):
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_ctrl_c_tears_down_and_records_failed(tmp_path, state_dir):
     proc = start(*LONG, "--results", str(tmp_path))
     run_id = wait_for_steps(tmp_path, 3)["run_id"]
     proc.send_signal(signal.SIGINT)
-    _, err = _finish(proc)
+    _, err = finish(proc)
     assert proc.returncode == 130, err
     assert leftovers(run_id) == []
     s = show(tmp_path, run_id)
@@ -41,7 +32,7 @@ def test_kill_9_of_a_worker_fails_the_run_naming_the_node(tmp_path, state_dir):
     ledger = wait_for_steps(tmp_path, 3)
     worker = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n1"))
     os.kill(worker["pid"], signal.SIGKILL)
-    _, err = _finish(proc)
+    _, err = finish(proc)
     assert proc.returncode == 1, err
     assert gctestbed("clean").returncode == 0
     assert leftovers(ledger["run_id"]) == []

@@ -13,19 +13,10 @@ import time
 
 import pytest
 
-from helpers import SMALL, gctestbed, leftovers, show, start, wait_for_steps
+from helpers import SMALL, finish, gctestbed, leftovers, show, start, wait_for_steps
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 BASE = ("run", "--nodes", "2", "--bw", "200mbit", "--workload", SMALL, "--no-calibrate")
-
-
-def _finish(proc, timeout=180):
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_a_short_link_outage_is_survived_and_shows_in_the_steps(tmp_path, state_dir):
@@ -88,7 +79,7 @@ def test_a_stopped_worker_is_named_once_the_timeout_passes(tmp_path, state_dir):
     worker = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n1"))
     stopped_at = time.monotonic()
     os.kill(worker["pid"], signal.SIGSTOP)
-    _, err = _finish(proc)
+    _, err = finish(proc, 180)
     assert proc.returncode == 1, err
     assert time.monotonic() - stopped_at < 60
     s = show(tmp_path, ledger["run_id"])
