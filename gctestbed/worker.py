@@ -7,6 +7,7 @@ results store before the next begins, so a node that dies loses nothing it had r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -46,22 +47,19 @@ def param_digest(model: torch.nn.Module) -> str:
 
 
 def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, parts: int) -> torch.Tensor:
-    """One step's gradient, from ``parts`` micro-batches when a method needs their statistics;
-    only the last backward communicates. Returns the batch's mean loss."""
-    if parts <= 1:
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        return loss
+    """One step's gradient, from ``parts`` micro-batches when a method needs their statistics,
+    with one gradient exchange per step whatever ``parts`` is. DDP decides in the forward whether
+    the next backward synchronises, so every micro-batch but the last runs forward *and* backward
+    inside ``no_sync``; a forward outside it would make each backward exchange its buckets (each
+    from one micro-batch). Returns the batch's mean loss."""
     xs, ys = x.chunk(parts), y.chunk(parts)
     total = 0.0
     for i, (xi, yi) in enumerate(zip(xs, ys)):
-        loss = loss_fn(model(xi), yi) / len(xs)
-        if i + 1 < len(xs):
-            with model.no_sync():
-                loss.backward()
-        else:
+        last = i + 1 == len(xs)
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss = loss_fn(model(xi), yi) / len(xs)
             loss.backward()
-        total += loss.detach()
+        total = total + loss.detach()
     return total
 
 
