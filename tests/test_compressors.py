@@ -43,7 +43,7 @@ def test_two_bit_golden_vector():
                               int.from_bytes(bytes.fromhex("C0000000"), "big", signed=True)]
     decoded = c.decode_local(payload, bucket, g.numel())
     assert decoded.tolist()[:6] == [0.5, -0.5, 0.0, 0.5, -0.5, 0.0] and decoded[16] == 0.5
-    assert torch.allclose(c.residuals[0], g - decoded)
+    assert torch.allclose(c.residuals.of((0, 0)), g - decoded)
 
 
 def _payload_bytes(name, text, n, shapes=None, step=0):
@@ -112,11 +112,12 @@ def test_dgc_selection_is_close_to_top_k_and_masks_momentum():
     bucket = Bucket(0, shapes, step=0)
     payload = c.encode(v, bucket)
     sent = payload.gather[0].long()
-    assert torch.all(c.velocity[0][sent] == 0) and torch.all(c.accumulated[0][sent] == 0)
+    velocity, accumulated = c.velocity.of((0, 0)), c.accumulated.of((0, 0))
+    assert torch.all(velocity[sent] == 0) and torch.all(accumulated[sent] == 0)
     # momentum correction: what was not sent accumulates velocity
     unsent = torch.ones(v.numel(), dtype=torch.bool)
     unsent[sent] = False
-    assert torch.allclose(c.accumulated[0][unsent], v[unsent])
+    assert torch.allclose(accumulated[unsent], v[unsent])
 
 
 @pytest.mark.parametrize("name", ["topk", "randomk", "threshold", "twobit", "onebit", "efsignsgd"])
@@ -131,7 +132,7 @@ def test_error_feedback_invariant(name):
         payload = c.encode(g, bucket)
         total_in += g
         total_sent += c.decode_local(payload, bucket, 3000)
-    assert torch.allclose(total_sent + c.residuals[0], total_in, atol=1e-5)
+    assert torch.allclose(total_sent + c.residuals.of((0, 0)), total_in, atol=1e-5)
 
 
 def test_powersgd_error_feedback_invariant_and_exactness_at_full_rank():
@@ -141,7 +142,7 @@ def test_powersgd_error_feedback_invariant_and_exactness_at_full_rank():
     assert torch.allclose(out[0], m.reshape(-1), atol=1e-4)          # rank 8 of a 16 x 8 matrix: exact
     (c,) = make("powersgd", "rank=1,start_iter=0")
     out, _ = exchange([c], [m.reshape(-1)], [m.shape])
-    assert torch.allclose(out[0] + c.errors[0], m.reshape(-1), atol=1e-5)
+    assert torch.allclose(out[0] + c.errors.of((0, 0)), m.reshape(-1), atol=1e-5)
 
 
 @pytest.mark.parametrize("name, text", [("qsgd", "levels=3,bucket_size=64"), ("terngrad", "clip=0"),

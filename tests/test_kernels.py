@@ -22,6 +22,7 @@ import torch
 from gctestbed import compress, kernels
 from gctestbed.compress import bitpack
 from gctestbed.compress.base import Bucket, Payload
+from gctestbed.compress.memory import Memory
 from gctestbed.compress.quantize import _width, qsgd_levels, uniform24
 
 pytestmark = pytest.mark.compiler
@@ -55,11 +56,12 @@ def identical(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 
 
 def memories(c) -> dict[str, torch.Tensor]:
-    inner = getattr(c, "inner", c)
+    """Every parameter's state in every memory of a compressor (and of the method error feedback wraps)."""
     out = {}
-    for name in ("residuals", "r", "v", "velocity", "accumulated", "momentum"):
-        for key, t in (getattr(c, name, None) or getattr(inner, name, None) or {}).items():
-            out[f"{name}[{key}]"] = t
+    for owner in (c, getattr(c, "inner", c)):
+        for name, memory in vars(owner).items():
+            if isinstance(memory, Memory):
+                out.update({f"{name}[{pid}]": t for pid, t in memory.parts().items()})
     return out
 
 

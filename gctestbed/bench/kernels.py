@@ -20,6 +20,7 @@ import torch
 from .. import compress, kernels
 from ..compress.base import Bucket, Payload, seeded
 from ..compress.dgc import sample_sizes, sampled_threshold_select
+from ..compress.memory import Memory
 from ..timing import now
 
 SD = 1e-3
@@ -73,10 +74,10 @@ def _pair(name: str, options: str = ""):
 
 def _reset(c) -> None:
     """Zero a compressor's memories (residual, r and v), so every timed call sees the same state."""
-    inner = getattr(c, "inner", c)
-    for memory in (getattr(c, "residuals", {}), getattr(inner, "r", {}), getattr(inner, "v", {})):
-        for t in memory.values():
-            t.zero_()
+    for owner in (c, getattr(c, "inner", c)):
+        for memory in vars(owner).values():
+            if isinstance(memory, Memory):
+                memory.zero_()
 
 
 def _cases(n: int, payloads: int, device: torch.device):

@@ -10,6 +10,7 @@ P, then Q; TernGrad first agrees on a shared scale).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -41,9 +42,11 @@ class Payload:
 
 @dataclass
 class Bucket:
-    """What a compressor may know about the flat gradient it gets: which bucket (``key``, for
-    per-bucket memories), the shapes of the parameters laid out in it, the training step, and
-    the ranks."""
+    """What a compressor may know about the flat gradient it gets: DDP's index of the bucket
+    (``key``), the shapes of the parameters laid out in it and their names in the model (``ids``:
+    what memories and random streams are keyed by, the same on every rank and unchanged when DDP
+    rebuilds its buckets), the training step, and the ranks. A bucket made without ``ids`` (tests,
+    benchmarks) stands for parameters of its own, (key, 0), (key, 1), ..."""
 
     key: int
     shapes: list[torch.Size]
@@ -51,6 +54,11 @@ class Bucket:
     rank: int = 0
     world: int = 1
     params: list[torch.nn.Parameter] = field(default_factory=list)
+    ids: tuple = ()
+
+    def __post_init__(self):
+        if not self.ids:
+            self.ids = tuple((self.key, i) for i in range(len(self.shapes)))
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views of ``flat`` shaped like the bucket's parameters."""
@@ -62,16 +70,22 @@ class Bucket:
         return out
 
 
+def stable_hash(parts: tuple) -> int:
+    """A 64-bit hash of ``parts`` (numbers, strings, tuples of them) that is the same in every
+    process: Python's own hash of a string changes from one process to the next."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
+
+
 def seeded(*parts: Any) -> torch.Generator:
-    """A CPU generator seeded from ``parts`` (seed, rank, step, bucket, ...): reproducible, and the
-    same on every rank when the parts are."""
-    return torch.Generator().manual_seed(hash(parts) & 0x7FFFFFFFFFFFFFFF)
+    """A CPU generator seeded from ``parts`` (seed, rank, step, parameters, ...): reproducible, and
+    the same on every rank when the parts are."""
+    return torch.Generator().manual_seed(stable_hash(parts) & 0x7FFFFFFFFFFFFFFF)
 
 
 def stream_key(*parts: Any) -> int:
     """A 32-bit key for the counter-based random stream of the native kernels (and their torch
     reference), derived from ``parts`` like ``seeded``."""
-    return hash(parts) & 0xFFFFFFFF
+    return stable_hash(parts) & 0xFFFFFFFF
 
 
 def positive(name: str, value: float) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Bucket, Compressor, Payload, seeded
+from .memory import Memory
 from .registry import register
 from .sparse import scatter_sum
 
@@ -103,8 +104,8 @@ class DGC(Compressor):
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.velocity: dict[int, torch.Tensor] = {}
-        self.accumulated: dict[int, torch.Tensor] = {}
+        self.velocity = Memory()
+        self.accumulated = Memory()
 
     def density(self, step: int) -> float:
         epoch = step // self.options.steps_per_epoch
@@ -122,19 +123,15 @@ class DGC(Compressor):
             norm = float((grad * bucket.world).norm())
             if norm > limit:
                 grad = grad * (limit / norm)
-        u = self.velocity.get(bucket.key)
-        if u is None or u.numel() != grad.numel():
-            u, v = torch.zeros_like(grad), torch.zeros_like(grad)
-        else:
-            v = self.accumulated[bucket.key]
+        u, v = self.velocity.bucket(bucket, grad), self.accumulated.bucket(bucket, grad)
         ops = self.native(grad)
         if ops is None:
             u.mul_(o.momentum).add_(grad)
-        gen = seeded(o.seed, bucket.rank, bucket.step, bucket.key)
         density = self.density(bucket.step)
         indices, values, dense = [], [], []
         offset = 0
-        for sparse, uv, vv, gv in zip(self._sparse(bucket), bucket.split(u), bucket.split(v), bucket.split(grad)):
+        for pid, sparse, uv, vv, gv in zip(bucket.ids, self._sparse(bucket), bucket.split(u), bucket.split(v),
+                                          bucket.split(grad)):
             uf, vf = uv.reshape(-1), vv.reshape(-1)
             if ops is not None and sparse:
                 ops.dgc_accumulate(uf, vf, gv.reshape(-1), o.momentum)   # u = m*u + g; v += u, in one pass
@@ -143,6 +140,8 @@ class DGC(Compressor):
             if sparse:
                 if ops is None:
                     vf.add_(uf)
+                # each tensor's own sample, drawn from a stream of its parameter's (same on every rank's)
+                gen = seeded(o.seed, bucket.rank, bucket.step, pid)
                 idx = sampled_threshold_select(vf, density, o.sample_ratio, gen, ops)
                 indices.append(idx + offset)
                 values.append(vf[idx].clone())
@@ -151,8 +150,7 @@ class DGC(Compressor):
             else:
                 dense.append(uf.clone())
             offset += uf.numel()
-        self.velocity[bucket.key], self.accumulated[bucket.key] = u, v
-        idx = torch.cat(indices).to(torch.int32) if indices else torch.zeros(0, dtype=torch.int32)
+        idx = torch.cat(indices).to(torch.int32) if indices else torch.zeros(0, dtype=torch.int32, device=grad.device)
         vals = torch.cat(values) if values else grad.new_zeros(0)
         if o.fp16_values:
             vals = vals.to(torch.float16)

@@ -52,8 +52,10 @@ class HookState:
     """
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
-                 dense_floor: int = DENSE_FLOOR, serial: bool = False):
+                 dense_floor: int = DENSE_FLOOR, serial: bool = False,
+                 names: dict[int, str] | None = None):
         self.compressor = compressor
+        self.names = names or {}          # id(parameter) -> its name in the model: a bucket's ids
         self.serial = serial
         self.pending: list[tuple[torch.Tensor, Bucket]] = []     # serial mode: buckets backward produced
         self.failure: BaseException | None = None                  # what stopped the driver thread's last job
@@ -139,8 +141,9 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     """DDP hook: hand the bucket to the driver thread; the future completes with the new bucket.
     In serial mode, keep the bucket for ``exchange_pending`` and hand it back untouched."""
     future: torch.futures.Future = torch.futures.Future()
-    ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in bucket.parameters()], step=state.step,
-                 rank=state.rank, world=state.world_size, params=list(bucket.parameters()))
+    params = bucket.parameters()
+    ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
+                 world=state.world_size, params=params, ids=tuple(state.names[id(p)] for p in params))
     if state.serial:
         state.pending.append((bucket.buffer(), ctx))
         future.set_result(bucket.buffer())
@@ -220,6 +223,7 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     must be built with ``gradient_as_bucket_view=True``)."""
     if serial and not model.gradient_as_bucket_view:
         raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
-    state = HookState(compressor, process_group, serial=serial)
+    state = HookState(compressor, process_group, serial=serial,
+                      names={id(p): name for name, p in model.named_parameters()})
     model.register_comm_hook(state, compression_hook)
     return state

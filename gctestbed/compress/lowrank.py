@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Bucket, Compressor, Payload, seeded
+from .memory import Memory
 from .registry import register
 
 
@@ -66,8 +67,8 @@ class PowerSGD(Compressor):
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.errors: dict[int, torch.Tensor] = {}
-        self.qs: dict[tuple[int, int], torch.Tensor] = {}
+        self.errors = Memory()       # what the approximation missed, per parameter
+        self.qs = Memory()           # each compressed matrix's Q (m x r, row-major), per parameter
 
     def _plan(self, bucket: Bucket) -> list[int]:
         """Indices of the bucket's tensors that are compressed."""
@@ -80,28 +81,37 @@ class PowerSGD(Compressor):
                     chosen.append(i)
         return chosen
 
-    def _q(self, bucket: Bucket, i: int, m: int, device) -> torch.Tensor:
-        key = (bucket.key, i)
-        q = self.qs.get(key)
-        if q is None or q.shape[0] != m or not self.options.warm_start:
-            g = seeded(self.options.seed, bucket.key, i, 0 if self.options.warm_start else bucket.step)
-            q = torch.randn(m, self.options.rank, generator=g).to(device)
-            self.qs[key] = q
-        return q
+    def _qs(self, bucket: Bucket, chosen: list[int], mats: dict, device) -> list[torch.Tensor]:
+        """Q of each compressed matrix: its parameter's from the last step (warm start), else a
+        Gaussian drawn from the parameter's own seed (every rank draws the same)."""
+        r, o = self.options.rank, self.options
+        ids, widths = [bucket.ids[i] for i in chosen], [mats[i].shape[1] for i in chosen]
+        if o.warm_start:
+            flat = self.qs.flat(ids, [m * r for m in widths], device,
+                                lambda pid, n: torch.randn(n // r, r, generator=seeded(o.seed, pid)))
+        else:
+            flat = torch.cat([torch.randn(m, r, generator=seeded(o.seed, pid, bucket.step)).reshape(-1)
+                              for pid, m in zip(ids, widths)]).to(device) if ids else torch.zeros(0, device=device)
+        qs, offset = [], 0
+        for m in widths:
+            qs.append(flat[offset:offset + m * r].view(m, r))
+            offset += m * r
+        return qs
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         if bucket.step < self.options.start_iter:
             return Payload(reduce=[grad], meta={"round": "plain"})
-        error = self.errors.get(bucket.key)
-        m_all = grad + error if error is not None and error.numel() == grad.numel() else grad.clone()
+        m_all = grad + self.errors.bucket(bucket, grad)
         views = bucket.split(m_all)
         chosen = self._plan(bucket)
         mats = {i: views[i].reshape(views[i].shape[0], -1) for i in chosen}
-        ps = [mats[i] @ self._q(bucket, i, mats[i].shape[1], grad.device) for i in chosen]
+        qs = self._qs(bucket, chosen, mats, grad.device)
+        ps = [mats[i] @ q for i, q in zip(chosen, qs)]
         rest = [views[i].reshape(-1) for i in range(len(views)) if i not in mats]
         reduce = [torch.cat([p.reshape(-1) for p in ps])] if ps else []
         reduce.append(torch.cat(rest) if rest else grad.new_zeros(0))
-        return Payload(reduce=reduce, meta={"round": "p", "m": m_all, "mats": mats, "chosen": chosen, "ps": ps})
+        return Payload(reduce=reduce, meta={"round": "p", "m": m_all, "mats": mats, "chosen": chosen, "ps": ps,
+                                            "qs": qs})
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
         meta = payload.meta
@@ -119,9 +129,9 @@ class PowerSGD(Compressor):
             return Payload(reduce=[torch.cat([q.reshape(-1) for q in local_qs])] if local_qs else [],
                            meta={**meta, "round": "q", "local_qs": local_qs, "rest": payload.reduce[-1]})
         # round q: P Q^T for compressed matrices, the summed rest for the others
-        # round q: P Q^T for compressed matrices, the summed rest for the others
         out = torch.empty(numel, dtype=torch.float32, device=meta["m"].device)
-        error = torch.zeros_like(out)
+        error = self.errors.bucket(bucket, out)
+        error.zero_()                             # tensors sent whole leave no error
         views, error_views = bucket.split(out), bucket.split(error)
         offset_q, offset_rest = 0, 0
         for i, view in enumerate(views):
@@ -133,10 +143,9 @@ class PowerSGD(Compressor):
                 view.copy_((p @ q.t()).view_as(view))
                 # this rank sent the projection P P^T M of its matrix; the rest waits for later steps
                 error_views[i].copy_((meta["mats"][i] - p @ local_q.t()).view_as(view))
-                self.qs[(bucket.key, i)] = q.clone()
+                meta["qs"][k].copy_(q)            # warm start: the next step begins from this Q
             else:
                 n = view.numel()
                 view.copy_(meta["rest"][offset_rest:offset_rest + n].view_as(view))
                 offset_rest += n
-        self.errors[bucket.key] = error
         return out

@@ -166,7 +166,7 @@ class QSGD(Compressor):
     Options = QSGDOptions
 
     def _key(self, bucket: Bucket) -> int:
-        return stream_key(self.options.seed, bucket.rank, bucket.step, bucket.key)
+        return stream_key(self.options.seed, bucket.rank, bucket.step, bucket.ids)
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         s, d = self.options.levels, self.options.bucket_size
@@ -230,7 +230,7 @@ class TernGrad(Compressor):
             if scale == 0:
                 return torch.zeros(numel, dtype=torch.float32, device=grad.device)
             noise = torch.rand(grad.shape, generator=seeded(self.options.seed, bucket.rank, bucket.step,
-                                                            bucket.key)).to(grad.device)
+                                                            bucket.ids)).to(grad.device)
             keep = noise < grad.abs() / scale
             codes = torch.where(keep, torch.where(grad < 0, 0b10, 0b01), 0).to(torch.int64)
             return Payload(gather=[bitpack.pack(codes, 2)], meta={"round": "ternary", "scale": scale})

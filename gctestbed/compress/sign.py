@@ -15,6 +15,7 @@ import torch
 
 from . import bitpack
 from .base import Bucket, Compressor, Payload, positive
+from .memory import Memory
 from .registry import register
 
 
@@ -81,13 +82,12 @@ class Signum(_MajorityVote):
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.momentum: dict[int, torch.Tensor] = {}
+        self.momentum = Memory()
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        m = self.momentum.get(bucket.key)
+        m = self.momentum.bucket(bucket, grad)
         beta = self.options.beta
-        m = (1 - beta) * grad if m is None or m.numel() != grad.numel() else beta * m + (1 - beta) * grad
-        self.momentum[bucket.key] = m
+        m.copy_(beta * m + (1 - beta) * grad)
         return Payload(gather=[_signs(m, self.native(m))])
 
 

@@ -88,7 +88,7 @@ class RandomK(Compressor):
         self.error_feedback = not self.options.unbiased
 
     def _indices(self, numel: int, bucket: Bucket, device) -> torch.Tensor:
-        return torch.randperm(numel, generator=seeded(self.options.seed, bucket.step, bucket.key))[:_k(numel, self.options.ratio)].to(device)
+        return torch.randperm(numel, generator=seeded(self.options.seed, bucket.step, bucket.ids))[:_k(numel, self.options.ratio)].to(device)
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = self._indices(grad.numel(), bucket, grad.device)

@@ -23,6 +23,7 @@ import torch
 
 from . import bitpack
 from .base import Bucket, Compressor, Payload, positive
+from .memory import Memory
 from .registry import register
 
 
@@ -102,8 +103,8 @@ class Variance(Compressor):
         super().__init__(**options)
         self.microbatches = self.options.microbatches
         self.sample_stats: SampleStats | None = None     # installed by the worker
-        self.r: dict[int, torch.Tensor] = {}
-        self.v: dict[int, torch.Tensor] = {}
+        self.r = Memory()          # accumulated gradient, per parameter
+        self.v = Memory()          # accumulated variance
 
     def _step_variance(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
         """Variance of this step's mean gradient, in the units of ``grad`` (already / world)."""
@@ -119,10 +120,7 @@ class Variance(Compressor):
         return self.options.alpha * v < r * r
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        r, v = self.r.get(bucket.key), self.v.get(bucket.key)
-        if r is None or r.numel() != grad.numel():
-            r, v = torch.zeros_like(grad), torch.zeros_like(grad)
-        self.r[bucket.key], self.v[bucket.key] = r, v
+        r, v = self.r.bucket(bucket, grad), self.v.bucket(bucket, grad)
         if (ops := self.native(grad)) is not None:
             if self.sample_stats is None:
                 raise RuntimeError("variance needs per-micro-batch statistics: the worker installs SampleStats")
