@@ -2,13 +2,31 @@
 // device. bindings.cpp turns torch tensors into these calls; the kernels themselves know nothing
 // of torch, so the CUDA files compile with a bare nvcc.
 //
-// Bit layout (shared with gctestbed/compress/bitpack.py): k-bit codes, 32/k to a 32-bit word,
-// the first code in the most significant bits; the last word is padded with zero codes.
+// Bit layout (shared with gctestbed/compress/bitpack.py): MXNet's. k-bit codes, 8/k to a byte,
+// the first code in the byte's most significant bits, bytes in memory order; the payload is a
+// whole number of 4-byte words (32/k codes each), the last padded with zero codes.
 #pragma once
 #include <cstdint>
 #include <functional>
 
+#if defined(__CUDACC__)
+#define GCT_HOST_DEVICE __host__ __device__
+#else
+#define GCT_HOST_DEVICE
+#endif
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the kernels write payload bytes through 32-bit words: little-endian hosts only");
+
 namespace gct {
+
+// The bit of a 32-bit payload word (read little-endian) where code j of the word (0 <= j < 32/Bits)
+// starts: byte j / (8/Bits), first code of a byte highest. MXNet's 2-bit masks 0xc0, 0x30, 0x0c,
+// 0x03 are codes 0..3 of byte 0, at bits 6, 4, 2, 0.
+template <int Bits>
+GCT_HOST_DEVICE constexpr int code_shift(int j) {
+    return 8 * (j / (8 / Bits)) + Bits * (8 / Bits - 1 - j % (8 / Bits));
+}
 
 // Allocates the output of a kernel whose size is known only after it ran (compaction).
 template <class T> using Alloc = std::function<T*(int64_t)>;
@@ -16,10 +34,7 @@ template <class T> using Alloc = std::function<T*(int64_t)>;
 // A 32-bit hash of (key, i): the random stream of stochastic rounding. Counter-based, so every
 // element's draw is the same whatever the thread count or device; gctestbed/compress/quantize.py
 // computes the same numbers in torch.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline uint32_t hash32(uint32_t key, uint64_t i) {
+GCT_HOST_DEVICE inline uint32_t hash32(uint32_t key, uint64_t i) {
     uint32_t x = (static_cast<uint32_t>(i) * 0x9E3779B1u) ^ key;
     x ^= x >> 16; x *= 0x7FEB352Du;
     x ^= x >> 15; x *= 0x846CA68Bu;
@@ -28,10 +43,7 @@ inline uint32_t hash32(uint32_t key, uint64_t i) {
 }
 
 // Uniform in [0, 1) with 24 random bits, exactly representable in float.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline float uniform24(uint32_t key, uint64_t i) {
+GCT_HOST_DEVICE inline float uniform24(uint32_t key, uint64_t i) {
     return static_cast<float>(hash32(key, i) >> 8) * (1.0f / 16777216.0f);
 }
 
@@ -39,6 +51,7 @@ inline int64_t words_for(int64_t n, int bits) { int per = 32 / bits; return (n +
 
 namespace cpu {
 // MXNet 2-bit with residual: a = g + r; code 11 (a >= tau), 10 (a <= -tau), else 00; r = a - decoded.
+// Payload bytes identical to MXNet's quantize_2bit (and 1-bit's to its quantize_1bit).
 void twobit_encode(const float* g, float* r, int32_t* words, int64_t n, float tau);
 // out = sum over p payloads of the decoded values (+tau, -tau, 0), in payload order.
 void twobit_decode(const int32_t* const* words, int p, float* out, int64_t n, float tau);

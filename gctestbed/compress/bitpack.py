@@ -1,7 +1,11 @@
-"""Real bit-packing: k-bit codes, 32/k to a 32-bit word, the first code in the most significant bits.
+"""Real bit-packing in MXNet's layout: k-bit codes, 8/k to a byte, the first code in the byte's
+most significant bits, bytes in memory order.
 
-This is MXNet's 2-bit layout (16 values per word, first value highest) generalised to 1, 2, 4
-and 8 bits. The last word is padded with zero codes; its length is known from the element count.
+MXNet's ``quantize_2bit`` writes element i's code into byte i/4 with the masks 0xc0, 0x30, 0x0c,
+0x03 (i % 4 = 0..3), and ``quantize_1bit`` into byte i/8 with 0x80 >> (i % 8); this is that
+layout for 1, 2, 4 and 8 bits. A payload is a whole number of 4-byte words (32/k codes each, as
+MXNet sizes its compressed arrays in floats), the last padded with zero codes, and is held as an
+int32 tensor whose bytes, in memory order, are the payload: the same bytes on every machine.
 """
 
 from __future__ import annotations
@@ -16,23 +20,25 @@ def words(numel: int, bits: int) -> int:
     return (numel + per - 1) // per
 
 
+def _shifts(bits: int, device) -> torch.Tensor:
+    """Where each of a byte's codes sits, first code highest: 8-k, 8-2k, ..., 0."""
+    return torch.arange(8 - bits, -1, -bits, dtype=torch.int32, device=device)
+
+
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Codes (integers in [0, 2**bits)) -> int32 words."""
+    """Codes (integers in [0, 2**bits)) -> the payload, as int32 words."""
     if bits not in WIDTHS:
         raise ValueError(f"bits must be one of {WIDTHS}")
-    per = 32 // bits
+    per_byte = 8 // bits
     n = codes.numel()
-    padded = torch.zeros(words(n, bits) * per, dtype=torch.int64, device=codes.device)
-    padded[:n] = codes.reshape(-1).to(torch.int64)
-    shifts = torch.arange(32 - bits, -1, -bits, dtype=torch.int64, device=codes.device)
-    packed = (padded.view(-1, per) << shifts).sum(dim=1)
-    packed = torch.where(packed >= 2**31, packed - 2**32, packed)   # two's complement into int32
-    return packed.to(torch.int32)
+    padded = torch.zeros(words(n, bits) * 4 * per_byte, dtype=torch.int32, device=codes.device)
+    padded[:n] = codes.reshape(-1).to(torch.int32)
+    packed = (padded.view(-1, per_byte) << _shifts(bits, codes.device)).sum(dim=1, dtype=torch.int32)
+    return packed.to(torch.uint8).view(torch.int32)
 
 
 def unpack(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
-    """int32 words -> the first ``numel`` codes (as int64)."""
-    word = packed.to(torch.int64) & 0xFFFFFFFF
-    shifts = torch.arange(32 - bits, -1, -bits, dtype=torch.int64, device=packed.device)
-    codes = (word.view(-1, 1) >> shifts) & ((1 << bits) - 1)
+    """The payload's first ``numel`` codes (as int64)."""
+    data = packed.contiguous().view(torch.uint8).to(torch.int64)
+    codes = (data.view(-1, 1) >> _shifts(bits, packed.device).to(torch.int64)) & ((1 << bits) - 1)
     return codes.reshape(-1)[:numel]

@@ -14,11 +14,11 @@ constexpr int64_t kBlock = 1024;
 template <int Bits>
 inline uint32_t code_at(const int32_t* words, int64_t i) {
     constexpr int per = 32 / Bits;
-    return (static_cast<uint32_t>(words[i / per]) >> (32 - Bits * (i % per + 1))) & ((1u << Bits) - 1);
+    return (static_cast<uint32_t>(words[i / per]) >> code_shift<Bits>(static_cast<int>(i % per))) & ((1u << Bits) - 1);
 }
 
 // Packs codes(lo, hi, c) -- which writes the codes of elements [lo, hi) to c[0, hi - lo) --
-// block by block into words, first code in the most significant bits.
+// block by block into words, in MXNet's layout (ops.h, code_shift).
 template <int Bits, class Codes>
 void pack_blocks(int64_t n, int32_t* words, Codes codes) {
     constexpr int per = 32 / Bits;
@@ -35,7 +35,7 @@ void pack_blocks(int64_t n, int32_t* words, Codes codes) {
             uint32_t word = 0;
             const uint32_t* cw = c + w * per;
 #pragma omp simd reduction(| : word)
-            for (int j = 0; j < per; ++j) word |= cw[j] << (32 - Bits * (j + 1));
+            for (int j = 0; j < per; ++j) word |= cw[j] << code_shift<Bits>(j);
             out[w] = static_cast<int32_t>(word);
         }
     }
@@ -51,7 +51,7 @@ inline void unpack_block(const int32_t* words, int64_t lo, int64_t hi, uint32_t*
         const uint32_t word = static_cast<uint32_t>(in[w]);
         uint32_t* cw = c + w * per;
 #pragma omp simd
-        for (int j = 0; j < per; ++j) cw[j] = (word >> (32 - Bits * (j + 1))) & ((1u << Bits) - 1);
+        for (int j = 0; j < per; ++j) cw[j] = (word >> code_shift<Bits>(j)) & ((1u << Bits) - 1);
     }
 }
 

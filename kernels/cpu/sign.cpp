@@ -33,7 +33,7 @@ void sign_vote(const int32_t* const* words, int p, float* out, int64_t n, float 
                 const uint32_t word = static_cast<uint32_t>(in[w]);
                 int32_t* ow = ones + w * 32;
 #pragma omp simd
-                for (int j = 0; j < 32; ++j) ow[j] += static_cast<int32_t>((word >> (31 - j)) & 1u);
+                for (int j = 0; j < 32; ++j) ow[j] += static_cast<int32_t>((word >> code_shift<1>(j)) & 1u);
             }
         }
         const float s = scale;

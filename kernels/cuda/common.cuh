@@ -29,21 +29,26 @@ inline int blocks_for(int64_t n, int threads = kThreads) {
 __host__ __device__ inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // OR of `value` over the group of 32/Bits consecutive lanes that share one word; the group's
-// first lane gets the word. Each lane contributes its code shifted to its place (first code highest).
+// first lane gets the word. Each lane contributes its code shifted to its place (ops.h, code_shift).
 template <int Bits>
 __device__ inline uint32_t pack_lanes(uint32_t code) {
     constexpr int per = 32 / Bits;
     const int lane = threadIdx.x & 31;
-    uint32_t word = code << (32 - Bits * ((lane % per) + 1));
+    uint32_t word = code << code_shift<Bits>(lane % per);
 #pragma unroll
     for (int offset = per / 2; offset > 0; offset /= 2) word |= __shfl_xor_sync(0xFFFFFFFFu, word, offset);
     return word;
 }
 
+// A warp's 1-bit codes as a payload word: lane j's bit at code_shift<1>(j) (a ballot has it at bit j).
+__device__ inline uint32_t ballot_word(bool bit) {
+    return __byte_perm(__brev(__ballot_sync(0xFFFFFFFFu, bit)), 0, 0x0123);
+}
+
 template <int Bits>
 __device__ inline uint32_t code_at(const int32_t* words, int64_t i) {
     constexpr int per = 32 / Bits;
-    return (static_cast<uint32_t>(words[i / per]) >> (32 - Bits * (i % per + 1))) & ((1u << Bits) - 1);
+    return (static_cast<uint32_t>(words[i / per]) >> code_shift<Bits>(static_cast<int>(i % per))) & ((1u << Bits) - 1);
 }
 
 template <class T>

@@ -32,7 +32,7 @@ __global__ void onebit_encode_kernel(const float* __restrict__ g, float* __restr
             bit = a > threshold;
             r[i] = a - (bit ? scale : -scale);
         }
-        const uint32_t word = __brev(__ballot_sync(0xFFFFFFFFu, bit));
+        const uint32_t word = ballot_word(bit);
         if ((threadIdx.x & 31) == 0 && i < n) words[i / 32] = static_cast<int32_t>(word);
     }
 }

@@ -8,7 +8,7 @@ namespace {
 __global__ void sign_pack_kernel(const float* __restrict__ x, int32_t* __restrict__ words, int64_t n) {
     const int64_t stride = int64_t(gridDim.x) * blockDim.x, end = round_up(n, 32);
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < end; i += stride) {
-        const uint32_t word = __brev(__ballot_sync(0xFFFFFFFFu, i < n && x[i] >= 0.0f));
+        const uint32_t word = ballot_word(i < n && x[i] >= 0.0f);
         if ((threadIdx.x & 31) == 0 && i < n) words[i / 32] = static_cast<int32_t>(word);
     }
 }
