@@ -17,8 +17,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compress, doctor, flags, results, runner, testbed
+from . import compress, contracts, doctor, flags, results, runner, testbed
 from . import sweep as sweep_
+from . import verify as verify_
 from .net import calibrate as calibration
 from .spec import (KERNEL_MODES, LAUNCHERS, MAX_NODES, TIMING_MODES, Direction, LinkSpec, RunSpec, SpecError, UserError,
                    format_duration, format_rate, parse_duration, parse_percent, parse_rate)
@@ -416,6 +417,51 @@ def compressors_(as_json):
     Console().print(table)
 
 
+@main.command(name="verify")
+@click.option("--compressor", multiple=True,
+              help="Methods to check, separated by ';' or repeated, with options if wanted (default: all 17).")
+@click.option("--nodes", default=2, show_default=True, help="Nodes of the job.")
+@click.option("--bw", default="1gbit", show_default=True, help="Link rate of every node (tc units: mbit = bits/s).")
+@click.option("--steps", default=verify_.STEPS, show_default=True, help="Training steps per method (the first two are not judged).")
+@click.option("--results", "results_dir", default="results/verify", show_default=True, help="Results directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def verify(compressor, nodes, bw, steps, results_dir, as_json):
+    """Check every method against its paper's contract on a small shaped job beside 'none': exchanges
+    per step, rounds and collectives, elements chosen, payload terms, and the interface counters.
+    Exits 1 when any method breaks its contract."""
+    methods = verify_.methods_from(compressor)
+    if nodes < 2 or steps < 4:
+        raise SpecError("--nodes must be at least 2 and --steps at least 4 (the first two steps are not judged).")
+    parse_rate(bw)
+    report = _bench_report("verify", lambda phase: verify_.run(methods, nodes, bw, steps, results_dir,
+                                                             lambda m: phase(f"verify: {m}")),
+                           verify_table, as_json, width=140)
+    if not report["ok"]:
+        broken = [r["method"] for r in report["methods"] if not r["ok"]]
+        click.echo(f"gctestbed: {len(broken)} method(s) broke their contract: {', '.join(broken)}", err=True)
+        sys.exit(1)
+
+
+def verify_table(report: dict) -> Table:
+    table = Table(title=f"verify: {report['nodes']} nodes at {report['bw']}, {report['workload']} "
+                        f"({report['model_numel']:,} parameters), steps {report['methods'][0]['steps_judged'][0] if report['methods'] and report['methods'][0]['steps_judged'] else '-'}"
+                        f"-{report['steps'] - 1} judged; bytes per node per step")
+    for col in ("method", "contract", "interface", "ratio to none", "exchanges", "collectives", "sent", "verdict"):
+        table.add_column(col, justify="left" if col in ("method", "verdict") else "right")
+    none_ex = report["none"]["exchanges_per_step"] if report["none"] else None
+    for r in report["methods"]:
+        table.add_row(escape(r["method"]), verify_.fmt_bytes(r["contract_bytes"]), verify_.fmt_bytes(r["counters_bytes"]),
+                      f"{r['ratio_to_none']:.3g}" if r["ratio_to_none"] else "-",
+                      f"{r['exchanges_per_step']:g} (none {none_ex:g})" if r["exchanges_per_step"] is not None and none_ex else "-",
+                      f"{r['collectives_per_step']:g}" if r["collectives_per_step"] is not None else "-",
+                      f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
+                      "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")
+    for r in report["methods"]:
+        for line in contracts.describe(r["problems"]):
+            table.add_row(escape(f"{r['method']} broke {line}"), "", "", "", "", "", "", "")
+    return table
+
+
 @main.command(name="doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def doctor_(as_json):
@@ -452,9 +498,9 @@ def bench_net(as_json, seconds, rates, latencies):
                   bench_net_table, as_json)
 
 
-def _bench_report(title: str, measure, table, as_json: bool, width: int | None = None) -> None:
+def _bench_report(title: str, measure, table, as_json: bool, width: int | None = None) -> dict:
     """Run a benchmark under a progress line (``measure(phase)`` reports its phases), then print
-    its report as JSON or as ``table(report)``."""
+    its report as JSON or as ``table(report)``; the report."""
     with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
         task = bar.add_task(title)
         report = measure(lambda text: bar.update(task, description=text))
@@ -462,6 +508,7 @@ def _bench_report(title: str, measure, table, as_json: bool, width: int | None =
         click.echo(json.dumps(report, indent=2))
     else:
         Console(width=max(Console().width, width or 0)).print(table(report))
+    return report
 
 
 @bench.command(name="soak")
@@ -741,11 +788,20 @@ def _print_summary(s: dict) -> None:
         ("samples/s", _fmt(s["samples_per_s"])),
         ("payload per step (accounting)", _fmt(s["payload_bytes_per_step"], " MB", 1e6)),
         ("sent per node per step (eth0)", _fmt(s["wire_bytes_per_step"], " MB", 1e6)),
+        ("buckets exchanged per step", _fmt(s["buckets_per_step"], digits=3)),
         ("all-reduce bus bandwidth", _fmt(s["busbw_bps"], " Mbit/s", 1e6)
          + (f"  ({s['busbw_fraction_of_link']:.1%} of link)" if s["busbw_fraction_of_link"] else "")),
         ("final loss", _fmt(s["final_loss"], digits=5)),
         ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s["params_identical"]]),
     ]
+    if s.get("sent_fraction") is not None:
+        rows.append(("elements sent", f"{s['sent_fraction']:.3%} of the gradient (median step)"))
+    if s.get("contract"):
+        c = s["contract"]
+        verdict = "kept" if c["ok"] else "BROKEN: " + "; ".join(contracts.describe(c["problems"], limit=2))
+        rows.append(("contract (gctestbed verify)", f"{_fmt(c['contract_wire_bytes'], ' MB', 1e6)} per node per step "
+                     f"against {_fmt(c['counters_bytes'], ' MB', 1e6)} counted (steps {c['steps_judged'][0]}-"
+                     f"{c['steps_judged'][-1]}): {verdict}" if c["steps_judged"] else f"no step judged: {verdict}"))
     if s.get("latency_impl") not in (None, "none"):
         rows.append(("delay made by", s["latency_impl"]))
     for c in s.get("calibration", []):

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes")
@@ -69,6 +69,30 @@ CREATE TABLE IF NOT EXISTS steps (
     tail_tx_bytes INTEGER,       -- expected_tx_bytes of the bucket backward finishes last
     PRIMARY KEY (run_id, rank, step)
 );
+CREATE TABLE IF NOT EXISTS exchanges (     -- every bucket a rank exchanged in a step
+    run_id        TEXT NOT NULL REFERENCES runs(run_id),
+    rank          INTEGER NOT NULL,
+    step          INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,          -- its place among the step's exchanges
+    bucket        INTEGER NOT NULL,          -- DDP's bucket index
+    layout        INTEGER NOT NULL,          -- the parameters it held (layouts)
+    numel         INTEGER NOT NULL,
+    sent          INTEGER,                   -- elements the payload carried, for methods that choose them
+    rounds        INTEGER NOT NULL,          -- rounds that issued collectives
+    reduce_calls  INTEGER NOT NULL,
+    gather_calls  INTEGER NOT NULL,
+    payload_bytes INTEGER NOT NULL,
+    gather_bytes  INTEGER NOT NULL,
+    expected_tx_bytes INTEGER NOT NULL,
+    PRIMARY KEY (run_id, rank, step, seq)
+);
+CREATE TABLE IF NOT EXISTS layouts (       -- the parameters of a bucket, in its order
+    run_id  TEXT NOT NULL REFERENCES runs(run_id),
+    rank    INTEGER NOT NULL,
+    layout  INTEGER NOT NULL,
+    params  TEXT NOT NULL,                  -- JSON [[name, [shape...]], ...]
+    PRIMARY KEY (run_id, rank, layout)
+);
 CREATE TABLE IF NOT EXISTS calibrations (
     run_id       TEXT NOT NULL,          -- the run, or the cluster calibrated on its own
     t            REAL NOT NULL,
@@ -104,6 +128,8 @@ CREATE TABLE IF NOT EXISTS sweep_cells (
     PRIMARY KEY (sweep, cell, repeat)
 );
 """
+EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce_calls", "gather_calls", "payload_bytes",
+                   "gather_bytes", "expected_tx_bytes")
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
                       "rtt_idle_s", "rtt_loaded_s", "miss")
 
@@ -259,8 +285,10 @@ class Recorder:
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE faults SET {key}=? WHERE run_id=? AND idx=?", (value, self.run_id, idx))
 
-    def step(self, rank: int, step: int, **values: Any) -> None:
-        """Commit one step of one rank; unknown fields are an error, missing ones are NULL."""
+    def step(self, rank: int, step: int, exchanges: Iterable[dict] = (), layouts: Iterable[dict] = (),
+             **values: Any) -> None:
+        """Commit one step of one rank, with its buckets' exchanges and the bucket layouts first seen
+        in it (compress.hook's take_step_stats); unknown fields are an error, missing ones are NULL."""
         unknown = set(values) - set(STEP_FIELDS)
         if unknown:
             raise KeyError(sorted(unknown))
@@ -268,6 +296,12 @@ class Recorder:
         with self._writing():
             self.conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                               (self.run_id, rank, step, time.time(), *values.values()))
+            self.conn.executemany("INSERT INTO layouts (run_id, rank, layout, params) VALUES (?, ?, ?, ?)",
+                                  [(self.run_id, rank, lay["layout"], json.dumps(lay["params"])) for lay in layouts])
+            self.conn.executemany(
+                f"INSERT INTO exchanges (run_id, rank, step, {', '.join(EXCHANGE_FIELDS)}) "
+                f"VALUES (?, ?, ?, {', '.join('?' * len(EXCHANGE_FIELDS))})",
+                [(self.run_id, rank, step, *(ex[k] for k in EXCHANGE_FIELDS)) for ex in exchanges])
 
 
 def cell_status(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int) -> str | None:
@@ -293,18 +327,21 @@ def sweep_runs(conn: sqlite3.Connection, sweep: str | None = None) -> list[sqlit
                         (sweep,) if sweep else ()).fetchall()
 
 
+RANK_TABLES = ("steps", "exchanges", "layouts", "nodes")     # what each rank writes of a run
+
+
 def export_rank(conn: sqlite3.Connection, run_id: str, rank: int) -> dict[str, list[dict]]:
-    """Everything rank ``rank`` recorded for ``run_id``: its steps and its node row."""
+    """Everything rank ``rank`` recorded for ``run_id``: its steps, exchanges, layouts and node row."""
     return {table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE run_id=? AND rank=?", (run_id, rank))]
-            for table in ("steps", "nodes")}
+            for table in RANK_TABLES}
 
 
 def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]]) -> None:
     """Add other hosts' rows (from ``export_rank``) to this store; rows it has already are kept."""
     with conn:
         for part in exported:
-            for table in ("steps", "nodes"):
-                for row in part[table]:
+            for table in RANK_TABLES:
+                for row in part.get(table, []):
                     cols = ", ".join(row)
                     conn.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})",
                                  tuple(row.values()))
@@ -327,6 +364,29 @@ def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
 
 def list_runs(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     return conn.execute("SELECT run_id FROM runs ORDER BY created_at").fetchall()
+
+
+def exchanges_of(conn: sqlite3.Connection, run_id: str) -> list[dict]:
+    """Every bucket exchange of a run, every rank's."""
+    return [dict(r) for r in conn.execute("SELECT * FROM exchanges WHERE run_id=? ORDER BY step, rank, seq", (run_id,))]
+
+
+def layouts_of(conn: sqlite3.Connection, run_id: str) -> dict[tuple[int, int], list]:
+    """(rank, layout) -> the bucket's parameters, [[name, shape], ...]."""
+    return {(r["rank"], r["layout"]): json.loads(r["params"])
+            for r in conn.execute("SELECT * FROM layouts WHERE run_id=?", (run_id,))}
+
+
+def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None) -> dict | None:
+    """The run's steps against its method's contract (gctestbed.contracts), or None for a run that
+    recorded no exchanges (a user's script that never installed gctestbed's hook)."""
+    from . import contracts
+    exchanges = exchanges_of(conn, run_id)
+    if not exchanges:
+        return None
+    steps = [dict(r) for r in conn.execute("SELECT rank, step, tx_bytes FROM steps WHERE run_id=?", (run_id,))]
+    return contracts.judge(spec.compressor, spec.compressor_options, spec.nodes, steps, exchanges,
+                           layouts_of(conn, run_id), model_numel)
 
 
 def last_step(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> sqlite3.Row | None:
@@ -399,6 +459,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
     env = json.loads(run["environment"] or "{}")
     faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
                                                                  (run["run_id"],))]
+    contract = contract_check(conn, run["run_id"], spec)
     return {
         "run_id": run["run_id"],
         "status": run["status"],
@@ -431,6 +492,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "gather_calls_per_step": _median(r["gather_calls"] for rs in per_step for r in rs),
         "tail_tx_bytes_per_step": _median(r["tail_tx_bytes"] for rs in per_step for r in rs),
         "buckets_per_step": _median(r["buckets"] for rs in per_step for r in rs),
+        "sent_fraction": contract["sent_fraction"] if contract else None,
+        "contract": contract,
         "busbw_bps": busbw,
         "bottleneck_bps": bottleneck,
         "busbw_fraction_of_link": busbw / bottleneck if busbw else None,

@@ -33,6 +33,7 @@ class Payload:
     gather: list[torch.Tensor] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     gathered: list[list[torch.Tensor]] | None = None
+    sent: int | None = None      # elements carried, for methods that choose them (sparsifiers, variance)
 
     @property
     def nbytes(self) -> int:

@@ -150,11 +150,11 @@ class DGC(Compressor):
             else:
                 dense.append(uf.clone())
             offset += uf.numel()
-        idx = torch.cat(indices).to(torch.int32) if indices else torch.zeros(0, dtype=torch.int32, device=grad.device)
-        vals = torch.cat(values) if values else grad.new_zeros(0)
-        if o.fp16_values:
-            vals = vals.to(torch.float16)
-        return Payload(reduce=[torch.cat(dense)] if dense else [], gather=[idx, vals], meta={"density": density})
+        payload = Payload(reduce=[torch.cat(dense)] if dense else [], meta={"density": density})
+        if indices:                               # a bucket of dense tensors only gathers nothing
+            idx, vals = torch.cat(indices).to(torch.int32), torch.cat(values)
+            payload.gather, payload.sent = [idx, vals.to(torch.float16) if o.fp16_values else vals], idx.numel()
+        return payload
 
     def decode(self, tensors, meta, bucket, numel):
         out = torch.zeros(numel, dtype=torch.float32, device=tensors[1].device)
@@ -168,18 +168,25 @@ class DGC(Compressor):
                 view.view(-1).add_(dense[offset:offset + view.numel()])
                 offset += view.numel()
 
+    def _sum(self, payloads: list[list[torch.Tensor]], device, numel: int, out=None) -> torch.Tensor:
+        """The sparse payloads' sum, dense (zeros where there are none)."""
+        if not payloads or not payloads[0]:
+            return torch.zeros(numel, dtype=torch.float32, device=device)
+        summed = scatter_sum(self.native(payloads[0][1]), payloads, numel, out)
+        if summed is None:
+            summed = self.decode(payloads[0], {}, None, numel)
+            for tensors in payloads[1:]:
+                summed += self.decode(tensors, {}, None, numel)
+        return summed
+
     def decode_local(self, payload, bucket, numel):
-        out = self.decode(payload.gather, payload.meta, bucket, numel)
+        out = self._sum([payload.gather], (payload.reduce or payload.gather)[0].device, numel)
         if payload.reduce:
             self._add_dense(out, payload.reduce[0], bucket)
         return out
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int, out=None):
-        out = scatter_sum(self.native(payload.gather[1]), payload.gathered, numel, out)
-        if out is None:
-            out = torch.zeros(numel, dtype=torch.float32, device=payload.gather[1].device)
-            for tensors in payload.gathered:
-                out += self.decode(tensors, payload.meta, bucket, numel)
+        out = self._sum(payload.gathered or [], (payload.reduce or payload.gather)[0].device, numel, out)
         if payload.reduce:
             self._add_dense(out, payload.reduce[0], bucket)
         return out

@@ -65,6 +65,7 @@ class HookState:
         self.rank = dist.get_rank(process_group)
         self.step = 0
         self._lock = threading.Lock()
+        self._layouts: dict[tuple, int] = {}      # a bucket's parameters (names, shapes) -> its layout id
         self._reset()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._drive, name="gctestbed-comm", daemon=True).start()
@@ -86,11 +87,16 @@ class HookState:
         self._comm_end: float | None = None
         self._comm_busy = 0.0
         self._bucket_tx: dict[int, int] = {}      # expected bytes sent per bucket key
+        self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
+        self._new_layouts: list[dict[str, Any]] = []
 
     def take_step_stats(self) -> dict[str, Any]:
-        """The counters since the last call (one step), then start afresh."""
+        """The counters since the last call (one step), then start afresh. ``exchanges`` lists
+        every bucket exchanged (its layout, elements, elements sent, rounds, collectives, bytes);
+        ``layouts`` the bucket layouts first seen in this step."""
         with self._lock:
             stats = dict(self._stats)
+            stats["exchanges"], stats["layouts"] = self._exchanges, self._new_layouts
             span = (self._comm_end - self._comm_start) if self._comm_start and self._comm_end else None
             stats["comm_s"] = (self._comm_busy if self._stats["buckets"] else None) if self.serial else span
             # the bucket backward finishes last (DDP's highest index): its exchange cannot overlap backward
@@ -106,6 +112,19 @@ class HookState:
             future: torch.futures.Future = torch.futures.Future()
             _exchange(self, future, buffer, ctx)
             future.wait()
+
+    def _record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]]) -> None:
+        """One bucket's exchange, for the store (and the contract check, which reads it there)."""
+        layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
+        with self._lock:
+            if layout not in self._layouts:
+                self._layouts[layout] = len(self._layouts)
+                self._new_layouts.append({"layout": self._layouts[layout],
+                                          "params": [[str(name), list(shape)] for name, shape in layout]})
+            self._exchanges.append({
+                "seq": len(self._exchanges), "bucket": ctx.key, "layout": self._layouts[layout], "numel": numel,
+                "sent": sent, "rounds": sum(1 for r in rounds if r["reduce_calls"] or r["gather_calls"]),
+                **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS}})
 
     def _count(self, **add: float) -> None:
         with self._lock:
@@ -124,17 +143,23 @@ class HookState:
             self._comm_busy += at - since
 
 
-def _finish_round(state: HookState, payload: Payload, key: int) -> None:
-    """Run the gather part of a payload (the reduce part is already summed) and count its bytes."""
+ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")
+
+
+def _finish_round(state: HookState, payload: Payload, key: int) -> dict[str, int]:
+    """Run the gather part of a payload (the reduce part is already summed) and count its bytes;
+    what the round cost, by ROUND_FIELDS."""
     sent = 0
     if payload.gather:
         payload.gathered, sent = collectives.gather(payload.gather, state.process_group)
     tx = collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce), sent, state.world_size)
-    state._count(payload_bytes=payload.nbytes, gather_bytes=sum(t.numel() * t.element_size() for t in payload.gather),
-                 reduce_calls=len(payload.reduce), gather_calls=collectives.GATHER_CALLS if payload.gather else 0,
-                 expected_tx_bytes=tx)
+    cost = {"payload_bytes": payload.nbytes, "gather_bytes": sum(t.numel() * t.element_size() for t in payload.gather),
+            "reduce_calls": len(payload.reduce), "gather_calls": collectives.GATHER_CALLS if payload.gather else 0,
+            "expected_tx_bytes": tx}
+    state._count(**cost)
     with state._lock:
         state._bucket_tx[key] = state._bucket_tx.get(key, 0) + tx
+    return cost
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -179,10 +204,10 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
         collectives.allreduce(payload.reduce, state.process_group).then(
             lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done))
         return
-    current, decode_s = payload, 0.0
+    current, decode_s, rounds = payload, 0.0, []
     while True:
         collectives.allreduce(current.reduce, state.process_group).wait()
-        _finish_round(state, current, ctx.key)
+        rounds.append(_finish_round(state, current, ctx.key))
         state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(current, ctx, numel, out=buffer)    # native decoders write in place
@@ -190,6 +215,7 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
         if not isinstance(result, Payload):
             break
         current, launched = result, now()
+    state._record(ctx, numel, payload.sent, rounds)
     _deliver(state, future, buffer, result, decode_s)
 
 
@@ -198,7 +224,7 @@ def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, 
     A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
     try:
         done.value()
-        _finish_round(state, payload, ctx.key)
+        state._record(ctx, numel, payload.sent, [_finish_round(state, payload, ctx.key)])
         state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)

@@ -99,17 +99,16 @@ class PowerSGD(Compressor):
         return qs
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
-        if bucket.step < self.options.start_iter:
+        chosen = self._plan(bucket)
+        if bucket.step < self.options.start_iter or not chosen:      # nothing to approximate: send it whole
             return Payload(reduce=[grad], meta={"round": "plain"})
         m_all = grad + self.errors.bucket(bucket, grad)
         views = bucket.split(m_all)
-        chosen = self._plan(bucket)
         mats = {i: views[i].reshape(views[i].shape[0], -1) for i in chosen}
         qs = self._qs(bucket, chosen, mats, grad.device)
         ps = [mats[i] @ q for i, q in zip(chosen, qs)]
         rest = [views[i].reshape(-1) for i in range(len(views)) if i not in mats]
-        reduce = [torch.cat([p.reshape(-1) for p in ps])] if ps else []
-        reduce.append(torch.cat(rest) if rest else grad.new_zeros(0))
+        reduce = [torch.cat([p.reshape(-1) for p in ps])] + ([torch.cat(rest)] if rest else [])
         return Payload(reduce=reduce, meta={"round": "p", "m": m_all, "mats": mats, "chosen": chosen, "ps": ps,
                                             "qs": qs})
 
@@ -119,15 +118,15 @@ class PowerSGD(Compressor):
             return payload.reduce[0]
         if meta["round"] == "p":
             mats, chosen = meta["mats"], meta["chosen"]
-            if chosen:
-                offset = 0
-                for p in meta["ps"]:
-                    p.copy_(payload.reduce[0][offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-                    orthogonalize(p, self.options.orthogonalization_epsilon)
+            offset = 0
+            for p in meta["ps"]:
+                p.copy_(payload.reduce[0][offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+                orthogonalize(p, self.options.orthogonalization_epsilon)
             local_qs = [mats[i].t() @ p for i, p in zip(chosen, meta["ps"])]
-            return Payload(reduce=[torch.cat([q.reshape(-1) for q in local_qs])] if local_qs else [],
-                           meta={**meta, "round": "q", "local_qs": local_qs, "rest": payload.reduce[-1]})
+            rest = payload.reduce[1] if len(payload.reduce) > 1 else None
+            return Payload(reduce=[torch.cat([q.reshape(-1) for q in local_qs])],
+                           meta={**meta, "round": "q", "local_qs": local_qs, "rest": rest})
         # round q: P Q^T for compressed matrices, the summed rest for the others
         out = torch.empty(numel, dtype=torch.float32, device=meta["m"].device)
         error = self.errors.bucket(bucket, out)

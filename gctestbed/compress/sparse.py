@@ -54,7 +54,7 @@ class TopK(Compressor):
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = torch.topk(grad.abs(), _k(grad.numel(), self.options.ratio), sorted=False).indices
-        return Payload(gather=[idx.to(torch.int32), grad[idx]])
+        return Payload(gather=[idx.to(torch.int32), grad[idx]], sent=idx.numel())
 
     def decode_sum(self, gathered, meta, bucket, numel, out=None):
         return scatter_sum(self.native(gathered[0][0]), gathered, numel, out)
@@ -93,7 +93,7 @@ class RandomK(Compressor):
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = self._indices(grad.numel(), bucket, grad.device)
         values = grad[idx] * (grad.numel() / idx.numel() if self.options.unbiased else 1.0)
-        return Payload(reduce=[values], meta={"idx": idx})
+        return Payload(reduce=[values], meta={"idx": idx}, sent=idx.numel())
 
     def decode(self, tensors, meta, bucket, numel):
         out = torch.zeros(numel, dtype=torch.float32, device=tensors[0].device)
@@ -126,10 +126,11 @@ class Threshold(Compressor):
         idx = torch.nonzero(grad.abs() >= self.options.tau).reshape(-1)
         words = idx | (grad[idx] < 0).to(torch.int64) << 31
         words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-        return Payload(gather=[words])
+        return Payload(gather=[words], sent=words.numel())
 
     def encode_feedback(self, grad, residual, bucket):
-        return Payload(gather=[self.ops.threshold_encode(grad, residual, self.options.tau)])
+        words = self.ops.threshold_encode(grad, residual, self.options.tau)
+        return Payload(gather=[words], sent=words.numel())
 
     def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])

@@ -128,7 +128,7 @@ class Variance(Compressor):
             idx, codes, scale = ops.variance_encode(grad, self.sample_stats.take(bucket.params), r, v, o.alpha, o.zeta,
                                                     getattr(o, "tau", 0.0), o.microbatches, bucket.world,
                                                     isinstance(o, HybridOptions))
-            return Payload(gather=[idx, codes, scale])
+            return Payload(gather=[idx, codes, scale], sent=idx.numel())
         var = self._step_variance(grad, bucket)
         r.add_(grad)
         v.add_(var)
@@ -139,7 +139,7 @@ class Variance(Compressor):
         keep = torch.ones_like(v, dtype=torch.bool)
         keep[idx] = False
         v[keep] *= self.options.zeta
-        return Payload(gather=[idx.to(torch.int32), bitpack.pack(codes, 4), scale])
+        return Payload(gather=[idx.to(torch.int32), bitpack.pack(codes, 4), scale], sent=idx.numel())
 
     def decode_sum(self, gathered, meta, bucket, numel, out=None):
         ops = self.native(gathered[0][0])

@@ -1,0 +1,413 @@
+"""What each method must put on the wire, written from its paper and its options, not from the code.
+
+A contract takes what the model and the run fix — a bucket's tensor shapes, the step, the number of
+nodes, the method's options — and, for the methods that choose what to send, the number of
+elements each node says it sent; it gives the bytes of each node's payload, term by term (codes,
+indices, values, norms, scales), and how payloads meet: the rounds, and in each the collectives
+(all-reduce or all-gather) with their bytes. From that follow the bytes one node transmits, which
+the node's interface counters, kept by the kernel, must show. Nothing here imports gctestbed's
+compressors: a method that sends what its paper does not say fails its contract, whatever its own
+accounting says.
+
+Rules that are gctestbed's, not a paper's, and so part of every contract:
+
+- a bucket of fewer than DENSE_FLOOR elements is all-reduced as fp32, whatever the method;
+- an all-reduce is Gloo's ring: each node sends 2(p-1)/p of the buffer;
+- an all-gather of payloads whose sizes differ by node first all-gathers each tensor's element
+  count (one int64 per tensor), then every node's tensors packed into one buffer, each tensor
+  starting 8-byte aligned, padded to the largest node's (at least 8 bytes): each node sends (p-1)
+  such buffers and counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+DENSE_FLOOR = 1024         # compress.hook's: smaller buckets go dense (a rule of gctestbed's)
+ALIGN = 8                  # bytes: where each gathered tensor starts
+COUNT_BYTES = 8            # one int64 element count per gathered tensor
+
+Shape = Sequence[int]
+
+
+@dataclass
+class Collective:
+    """One collective of a round: all-reduce or all-gather, and the payload's tensors in bytes
+    (a node's own, for an all-gather: the buffer is padded to the largest node's)."""
+
+    kind: str                                   # "allreduce" | "allgather"
+    terms: dict[str, int]                       # tensor -> bytes, in payload order
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.terms.values())
+
+
+@dataclass
+class Bounds:
+    """What the paper allows of a count the method chose: ``low <= sent <= high``."""
+
+    what: str
+    low: float
+    high: float
+
+
+@dataclass
+class BucketContract:
+    """One node's exchange of one bucket: rounds of collectives, and the bounds of what it chose."""
+
+    rounds: list[list[Collective]]
+    bounds: Bounds | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(c.nbytes for r in self.rounds for c in r)
+
+    @property
+    def calls(self) -> tuple[int, int]:
+        """(all-reduce calls, all-gather calls): an all-gather is two (counts, then data)."""
+        reduce = sum(1 for r in self.rounds for c in r if c.kind == "allreduce")
+        gather = sum(2 for r in self.rounds for c in r if c.kind == "allgather")
+        return reduce, gather
+
+
+def aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def wire_bytes(mine: BucketContract, everyone: list[BucketContract], world: int) -> int:
+    """Bytes this node transmits for its bucket contract ``mine``, given every node's (padding)."""
+    if world <= 1:
+        return 0
+    total = 0.0
+    for i, round_ in enumerate(mine.rounds):
+        for j, c in enumerate(round_):
+            if c.kind == "allreduce":
+                total += 2 * (world - 1) / world * c.nbytes
+            else:
+                width = max(ALIGN, max(sum(aligned(b) for b in other.rounds[i][j].terms.values()) for other in everyone))
+                total += (world - 1) * (width + COUNT_BYTES * len(c.terms))
+    return round(total)
+
+
+def _numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def words(n: int, bits: int) -> int:
+    """Bytes of n codes of ``bits`` bits packed into 4-byte words (MXNet sizes payloads in floats)."""
+    return 4 * math.ceil(n * bits / 32)
+
+
+# --- the methods -------------------------------------------------------------------------------
+# Each takes (options, shapes, step, sent) and gives this node's BucketContract for one bucket;
+# ``sent`` is the count the node reports for methods that choose elements, else None.
+
+def _dense(bytes_per_element: int, what: str):
+    def contract(o, shapes, step, sent):
+        n = sum(_numel(s) for s in shapes)
+        return BucketContract([[Collective("allreduce", {what: bytes_per_element * n})]])
+    return contract
+
+
+def _powersgd(o, shapes, step, sent):
+    """Vogels et al. 2019, Algorithm 1 with PyTorch's hook's options: before start_iter every tensor
+    is all-reduced whole; after, each matrix (n x m, n*m >= rate*(n+m)*r) sends P (n x r) in round 1
+    beside every other tensor whole, then Q (m x r) in round 2."""
+    r, rate = o["rank"], o["min_compression_rate"]
+    n_all = sum(_numel(s) for s in shapes)
+    matrices = [(s[0], _numel(s) // s[0]) for s in shapes if len(s) >= 2 and s[0] * (_numel(s) // s[0]) >= rate * (s[0] + _numel(s) // s[0]) * r]
+    if step < o["start_iter"] or not matrices:
+        return BucketContract([[Collective("allreduce", {"fp32 values": 4 * n_all})]],
+                              notes=["before start_iter" if step < o["start_iter"] else "no matrix worth compressing"])
+    whole = n_all - sum(n * m for n, m in matrices)
+    first = [Collective("allreduce", {"P (fp32)": 4 * r * sum(n for n, _ in matrices)})]
+    if whole:
+        first.append(Collective("allreduce", {"uncompressed tensors (fp32)": 4 * whole}))
+    return BucketContract([first, [Collective("allreduce", {"Q (fp32)": 4 * r * sum(m for _, m in matrices)})]])
+
+
+def _k(n: int, ratio: float) -> int:
+    return max(1, min(n, math.ceil(ratio * n)))
+
+
+def _topk(o, shapes, step, sent):
+    """Aji & Heafield 2017: the k = ceil(ratio * n) largest, each as int32 index + fp32 value."""
+    n = sum(_numel(s) for s in shapes)
+    k = _k(n, o["ratio"])
+    return BucketContract([[Collective("allgather", {"int32 indices": 4 * k, "fp32 values": 4 * k})]],
+                          bounds=Bounds("elements selected (k)", k, k))
+
+
+def _randomk(o, shapes, step, sent):
+    """Stich et al. 2018: k = ceil(ratio * n) values at positions every node draws alike: values only."""
+    n = sum(_numel(s) for s in shapes)
+    k = _k(n, o["ratio"])
+    return BucketContract([[Collective("allreduce", {"fp32 values": 4 * k})]], bounds=Bounds("elements selected (k)", k, k))
+
+
+def _chosen(sent, n):
+    return Bounds("elements sent", 0, n), (sent if sent is not None else 0)
+
+
+def _threshold(o, shapes, step, sent):
+    """Strom 2015: every element whose residual reaches +-tau, as one 32-bit word (sign and index)."""
+    n = sum(_numel(s) for s in shapes)
+    bounds, c = _chosen(sent, n)
+    return BucketContract([[Collective("allgather", {"sign|index words": 4 * c})]], bounds=bounds)
+
+
+def _codes(bits: int, what: str, extra: Callable[[dict, int], dict[str, int]] = lambda o, n: {}):
+    def contract(o, shapes, step, sent):
+        n = sum(_numel(s) for s in shapes)
+        return BucketContract([[Collective("allgather", {what: words(n, bits), **extra(o, n)})]])
+    return contract
+
+
+def dgc_density(o: dict, step: int) -> float:
+    """Lin et al. 2018, warm-up: sparsity 75 %, 93.75 %, 98.4375 %, 99.6 % over the first epochs
+    (density 4^-(e+1)), then the final density (never below it)."""
+    epoch = step // o["steps_per_epoch"]
+    return max(o["ratio"], 0.25 ** (epoch + 1)) if epoch < o["warmup_epochs"] else o["ratio"]
+
+
+def _dgc(o, shapes, step, sent):
+    """Lin et al. 2018: each tensor of more than one dimension and at least min_numel elements sends
+    about density * n of its elements (a sampled threshold: 0.8 k to 1.3 k, DGC's own bounds) as
+    int32 index + fp32 (or fp16) value; every other tensor goes dense, its velocity all-reduced."""
+    sparse = [_numel(s) for s in shapes if len(s) > 1 and _numel(s) >= o["min_numel"]]
+    dense = sum(_numel(s) for s in shapes) - sum(sparse)
+    density = dgc_density(o, step)
+    k = sum(max(1, math.ceil(density * n)) for n in sparse)
+    c = sent if sent is not None else 0
+    round_ = []
+    if dense:
+        round_.append(Collective("allreduce", {"dense tensors (fp32)": 4 * dense}))
+    if sparse:
+        round_.append(Collective("allgather", {"int32 indices": 4 * c, "values": (2 if o["fp16_values"] else 4) * c}))
+    return BucketContract([round_], bounds=Bounds(f"elements selected (0.8k..1.3k, k={k} at density {density:g})",
+                                                   0.8 * k, 1.3 * k) if sparse else None)
+
+
+def _variance(o, shapes, step, sent):
+    """Tsuzuku et al. 2018: each element sent as an int32 index and a 4-bit code (sign, 3-bit
+    exponent), 4.5 bytes, plus one fp32 scale per bucket."""
+    n = sum(_numel(s) for s in shapes)
+    bounds, c = _chosen(sent, n)
+    return BucketContract([[Collective("allgather", {"int32 indices": 4 * c, "4-bit codes": words(c, 4),
+                                                     "scale (fp32)": 4})]], bounds=bounds)
+
+
+def _qsgd(o, shapes, step, sent):
+    """Alistarh et al. 2017: per element a sign and a level in 0..s (1 + ceil(log2(s+1)) bits, sent in
+    the next width of 2, 4 or 8), per chunk of bucket_size elements one fp32 norm."""
+    n = sum(_numel(s) for s in shapes)
+    need = 1 + math.ceil(math.log2(o["levels"] + 1))
+    bits = next(w for w in (2, 4, 8) if w >= need)
+    return BucketContract([[Collective("allgather", {f"{bits}-bit codes": words(n, bits),
+                                                     "chunk norms (fp32)": 4 * math.ceil(n / o["bucket_size"])})]])
+
+
+def _terngrad(o, shapes, step, sent):
+    """Wen et al. 2017: the nodes first share one scale (a float each), then each sends a ternary
+    code per element in 2 bits."""
+    n = sum(_numel(s) for s in shapes)
+    return BucketContract([[Collective("allgather", {"scale (fp32)": 4})],
+                           [Collective("allgather", {"2-bit codes": words(n, 2)})]])
+
+
+METHODS: dict[str, Callable[[dict, list[Shape], int, int | None], BucketContract]] = {
+    "none": _dense(4, "fp32 values"),
+    "fp16": _dense(2, "fp16 values"),
+    "bf16": _dense(2, "bf16 values"),
+    "powersgd": _powersgd,
+    "topk": _topk,
+    "randomk": _randomk,
+    "threshold": _threshold,
+    "twobit": _codes(2, "2-bit codes"),                      # MXNet: 16 codes per 4 bytes
+    "onebit": _codes(1, "1-bit codes"),                      # MXNet: 32 codes per 4 bytes
+    "dgc": _dgc,
+    "variance": _variance,
+    "hybrid": _variance,
+    "qsgd": _qsgd,
+    "terngrad": _terngrad,
+    "signsgd": _codes(1, "sign bits"),                       # Bernstein et al. 2018/2019
+    "signum": _codes(1, "sign bits"),
+    "efsignsgd": _codes(1, "sign bits", lambda o, n: {"scale (fp32)": 4}),   # Karimireddy et al. 2019
+}
+
+
+def bucket(method: str, options: dict[str, Any], shapes: list[Shape], step: int, sent: int | None) -> BucketContract:
+    """This node's contract for one bucket of ``shapes`` at ``step``."""
+    if sum(_numel(s) for s in shapes) < DENSE_FLOOR:
+        return _dense(4, "fp32 values (bucket under the dense floor)")(options, shapes, step, sent)
+    return METHODS[method](options, shapes, step, sent)
+
+
+# --- judging a run -------------------------------------------------------------------------------
+
+FRAMING = 0.03             # Ethernet, IP and TCP headers and ACKs, in proportion to the bytes sent
+CALL_OVERHEAD = 2048       # bytes per collective call beyond its payload: Gloo's messages, TCP's ACKs
+# (measured on this project's VM: 0.3 % and 750-3200 bytes per call; the allowances are about twice that)
+
+
+@dataclass
+class StepCheck:
+    """One node's step against the contract."""
+
+    step: int
+    rank: int
+    contract_wire: int
+    counters: int | None
+    largest_bucket_wire: int
+    contract_payload: int
+    accounting: int
+    exchanges: int
+    calls: int
+    numel: int
+    sent: int | None
+    problems: list[tuple[str, str]]      # (the broken term, what was found)
+
+
+def _shapes(params: list) -> list[list[int]]:
+    return [list(shape) for _, shape in params]
+
+
+def judge(method: str, options: dict[str, Any], world: int, steps: list[dict], exchanges: list[dict],
+          layouts: dict[tuple[int, int], list], model_numel: int | None = None, first_step: int | None = None) -> dict:
+    """Every recorded step of a run against the method's contract.
+
+    ``steps``: the steps table's rows (rank, step, tx_bytes); ``exchanges``: the exchanges table's
+    rows; ``layouts``: (rank, layout) -> [[name, shape], ...]. ``model_numel``: the model's
+    parameter count, counted on the model, when the caller has it (else the first layout's).
+    Steps before ``first_step`` are not judged: by default DDP's first two (the first runs with one
+    bucket of everything while DDP's start-up broadcast still drains; the second broadcasts the
+    rebuilt buckets).
+
+    Each step is checked on its own for what the nodes recorded: every parameter went out once,
+    each bucket's rounds, collectives and payload size, the elements chosen within bounds. The
+    interface counters are checked over all judged steps together: a step's last message may
+    still be queued when its node reads the counters, and is then counted in the next step, so one
+    bucket's bytes may cross each end of the window.
+    """
+    by_step: dict[tuple[int, int], list[dict]] = {}
+    for ex in exchanges:
+        by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)
+    tx = {(s["step"], s["rank"]): s.get("tx_bytes") for s in steps}
+    complete = sorted({s for s, _ in tx if all((s, r) in tx for r in range(world))})
+    if first_step is None:
+        first_step = 2 if len(complete) > 2 else 0
+    judged = [s for s in complete if s >= first_step]
+    if model_numel is None and layouts:
+        model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
+    checks = [c for step in judged for c in _judge_step(method, options, world, step, by_step, tx, layouts, model_numel)]
+    return summarise(checks, world)
+
+
+def _judge_step(method, options, world, step, by_step, tx, layouts, model_numel) -> list[StepCheck]:
+    contracts_of, last = {}, {}
+    for rank in range(world):
+        done = sorted(by_step.get((step, rank), []), key=lambda e: e["seq"])
+        last[rank] = {ex["bucket"]: ex for ex in done}               # a bucket exchanged twice: its last
+        contracts_of[rank] = {b: bucket(method, options, _shapes(layouts[(rank, ex["layout"])]), step, ex["sent"])
+                              for b, ex in last[rank].items()}
+    checks = []
+    for rank in range(world):
+        done = by_step.get((step, rank), [])
+        problems: list[str] = []
+        wires = []
+        for b, c in contracts_of[rank].items():
+            ex = last[rank][b]
+            everyone = [contracts_of[q].get(b) for q in range(world)]
+            if any(e is None or len(e.rounds) != len(c.rounds) for e in everyone):
+                problems.append(("exchanges", f"bucket {b} was not exchanged alike by every node"))
+                continue
+            wires.append(wire_bytes(c, everyone, world))
+            if c.bounds is not None and not c.bounds.low <= (ex["sent"] or 0) <= c.bounds.high:
+                problems.append((c.bounds.what.split(" (")[0], f"bucket {b}: {c.bounds.what}: {ex['sent']}, "
+                                 f"outside {c.bounds.low:g}..{c.bounds.high:g}"))
+            if ex["payload_bytes"] != c.payload_bytes:
+                terms = ", ".join(f"{k} {v}" for r in c.rounds for col in r for k, v in col.terms.items())
+                problems.append(("payload", f"bucket {b}: a payload of {ex['payload_bytes']} bytes by the method's "
+                                            f"own count, {c.payload_bytes} by the contract ({terms})"))
+            if (ex["reduce_calls"], ex["gather_calls"]) != c.calls or ex["rounds"] != len(c.rounds):
+                problems.append(("collectives", f"bucket {b}: {ex['rounds']} round(s) of {ex['reduce_calls']} "
+                                                f"all-reduce and {ex['gather_calls']} all-gather calls; the contract: "
+                                                f"{len(c.rounds)} of {c.calls[0]} and {c.calls[1]}"))
+        numel = sum(ex["numel"] for ex in done)
+        names = [name for ex in done for name, _ in layouts[(rank, ex["layout"])]]
+        if model_numel is not None and numel != model_numel:
+            problems.append(("exchanges", f"{len(done)} exchanges carried {numel} elements where the model has "
+                                          f"{model_numel}: its parameters went out {numel / model_numel:.3g} times"))
+        elif len(names) != len(set(names)):
+            problems.append(("exchanges", f"{len(done)} exchanges carried some parameters more than once"))
+        sent = [ex["sent"] for ex in done if ex["sent"] is not None]
+        checks.append(StepCheck(step, rank, sum(wires), tx.get((step, rank)), max(wires, default=0),
+                                sum(c.payload_bytes for c in contracts_of[rank].values()),
+                                sum(ex["payload_bytes"] for ex in done), len(done),
+                                sum(ex["reduce_calls"] + ex["gather_calls"] for ex in done), numel,
+                                sum(sent) if sent else None, problems))
+    return checks
+
+
+def wire_window(checks: list[StepCheck]) -> tuple[int, int, int, int]:
+    """One node's judged steps together: (counters, contract, lowest allowed, highest allowed)."""
+    contract = sum(c.contract_wire for c in checks)
+    counters = sum(c.counters or 0 for c in checks)
+    edge = max((c.largest_bucket_wire for c in checks), default=0)      # may cross each end of the window
+    calls = sum(c.calls for c in checks)
+    return counters, contract, contract - edge, round(contract * (1 + FRAMING) + CALL_OVERHEAD * calls + edge)
+
+
+def summarise(checks: list[StepCheck], world: int) -> dict:
+    """Medians over the judged steps (rank-averaged), the counters against the contract over the
+    window, and every problem found."""
+    import statistics
+
+    def median(values):
+        vals = [v for v in values if v is not None]
+        return statistics.median(vals) if vals else None
+
+    per_step: dict[int, list[StepCheck]] = {}
+    for c in checks:
+        per_step.setdefault(c.step, []).append(c)
+
+    def per_step_mean(name):
+        return median(statistics.fmean(getattr(c, name) for c in cs) if all(getattr(c, name) is not None for c in cs)
+                      else None for cs in per_step.values())
+
+    problems = [{"term": term, "step": c.step, "node": c.rank, "text": text} for c in checks for term, text in c.problems]
+    for rank in range(world):
+        mine = [c for c in checks if c.rank == rank]
+        if not mine or any(c.counters is None for c in mine):
+            continue
+        counters, contract, low, high = wire_window(mine)
+        if not low <= counters <= high:
+            problems.append({"term": "interface bytes", "step": None, "node": rank, "text":
+                             f"steps {mine[0].step}-{mine[-1].step}: the interface sent {counters} bytes, the contract "
+                             f"{contract}" + (f" ({counters / contract:.3g}x)" if contract else "") +
+                             f"; allowed {low}..{high} (headers, and one bucket crossing each end)"})
+    return {"steps_judged": sorted(per_step), "contract_wire_bytes": per_step_mean("contract_wire"),
+            "counters_bytes": per_step_mean("counters"), "contract_payload_bytes": per_step_mean("contract_payload"),
+            "accounting_bytes": per_step_mean("accounting"), "exchanges_per_step": median(c.exchanges for c in checks),
+            "collectives_per_step": median(c.calls for c in checks),
+            "sent_fraction": median(c.sent / c.numel for c in checks if c.sent is not None and c.numel),
+            "ok": bool(checks) and not problems, "problems": problems}
+
+
+def describe(problems: list[dict], limit: int = 4) -> list[str]:
+    """One line per broken term (its first occurrence, and how often it recurred), at most ``limit``."""
+    first: dict[str, tuple[dict, int]] = {}
+    for p in problems:
+        seen = first.get(p["term"])
+        first[p["term"]] = (seen[0], seen[1] + 1) if seen else (p, 1)
+    lines = []
+    for term, (p, count) in list(first.items())[:limit]:
+        where = ", ".join(x for x in (f"step {p['step']}" if p["step"] is not None else "",
+                                      f"node {p['node']}" if p["node"] is not None else "") if x)
+        more = f" (and {count - 1} more like it)" if count > 1 else ""
+        lines.append(f"{term}: {where + ': ' if where else ''}{p['text']}{more}")
+    return lines

@@ -1,0 +1,99 @@
+"""``gctestbed verify``: every method on a small shaped job next to ``none``, against its contract.
+
+Each method trains the same small model on the same shaped nodes; its recorded exchanges are held
+against the contract its paper sets (gctestbed.contracts) and the bytes the nodes' interfaces
+counted. A method passes when, on every judged step of every node: each parameter went out once
+(as many exchanges as ``none`` makes), every bucket took the rounds and collectives its contract
+names, the elements it chose lie within the paper's bounds, its payload is the contract's size
+term by term, the interface counters lie between the contract's bytes and those plus headers,
+and the replicas end bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from . import compress, flags, results, runner, workloads
+
+MODEL = "mlp:width=512,depth=2,input_dim=512"     # 0.8 M parameters: 3.2 MB, two DDP buckets of <= 1 MB after step 0
+BUCKET_CAP_MB = "1"
+STEPS = 8
+# Options that let a short job reach each method's compressed path: PowerSGD past its plain start,
+# DGC's warm-up over steps 0-3 (one step an epoch) and its final density from step 4.
+OPTIONS = {"powersgd": "powersgd:start_iter=2", "dgc": "dgc:steps_per_epoch=1"}
+
+
+def methods_from(texts: tuple[str, ...] | list[str]) -> list[str]:
+    """``--compressor`` values ('M;M...' or repeated) -> method texts; none given: every method,
+    with OPTIONS where set."""
+    given = [part.strip() for text in texts for part in text.split(";") if part.strip()]
+    chosen = given or [OPTIONS.get(name, name) for name in compress.names()]
+    for text in chosen:
+        compress.resolve(text)                    # an unknown method or option: one SpecError now
+    return chosen
+
+
+def model_numel(workload: str = MODEL) -> int:
+    """Parameters of the model, counted on the model itself (not from anything a run recorded)."""
+    name, options = flags.resolve_workload(workload)
+    work = workloads.build(name, options, seed=0, rank=0, batch_size=32, world=1)
+    return sum(p.numel() for p in work.model.parameters())
+
+
+def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEPS, results_dir: str = "results/verify",
+        on_phase: Callable[[str], None] = lambda text: None) -> dict:
+    """Run ``none`` and every method; the report, one row per method, ``ok`` when all pass."""
+    numel = model_numel()
+    rows, base = [], None
+    for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
+        on_phase(text)
+        spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL, steps=str(steps),
+                                batch_size="32", lr="0.05", seed="0", bucket_cap_mb=BUCKET_CAP_MB, timeout="120s",
+                                results_dir=results_dir, calibrate=False)
+        summary = runner.run(spec)
+        conn = results.connect(results_dir)
+        try:
+            check = results.contract_check(conn, summary["run_id"], spec, numel)
+        finally:
+            conn.close()
+        row = judge_row(text, summary, check, base)
+        base = base or row
+        if text in methods:
+            rows.append(row)
+    return {"nodes": nodes, "bw": bw, "steps": steps, "workload": MODEL, "model_numel": numel,
+            "none": base, "methods": rows, "ok": bool(rows) and all(r["ok"] for r in rows) and base["ok"]}
+
+
+def judge_row(text: str, summary: dict, check: dict | None, base: dict | None) -> dict:
+    """One method's verdict from its run's summary and contract check, beside ``none``'s row."""
+    problems = list(check["problems"]) if check else [_problem("exchanges", "the run recorded no exchanges")]
+    if summary["status"] != "ok":
+        problems.insert(0, _problem("run", f"the run failed: {summary['error']}"))
+    if summary["params_identical"] is not True:
+        problems.append(_problem("replicas", "the replicas did not end bit-identical"))
+    exchanges = check["exchanges_per_step"] if check else None
+    if base is not None and exchanges != base["exchanges_per_step"]:
+        problems.append(_problem("exchanges", f"{exchanges:g} exchanges per step where none makes "
+                                              f"{base['exchanges_per_step']:g}"))
+    counters = check["counters_bytes"] if check else None
+    return {"method": text, "run_id": summary["run_id"],
+            "contract_bytes": check["contract_wire_bytes"] if check else None, "counters_bytes": counters,
+            "ratio_to_none": counters / base["counters_bytes"] if base and counters and base["counters_bytes"] else None,
+            "payload_bytes": check["accounting_bytes"] if check else None,
+            "exchanges_per_step": exchanges, "collectives_per_step": check["collectives_per_step"] if check else None,
+            "sent_fraction": check["sent_fraction"] if check else None, "steps_judged": check["steps_judged"] if check else [],
+            "params_identical": summary["params_identical"], "ok": not problems, "problems": problems}
+
+
+def _problem(term: str, text: str) -> dict:
+    return {"term": term, "step": None, "node": None, "text": text}
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "-"
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n:.0f} B"

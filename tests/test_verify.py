@@ -1,0 +1,81 @@
+"""``gctestbed verify`` on real namespace nodes: all 17 methods keep their contracts, and the check
+fails, naming the method and the broken term, on bugs planted in the workers.
+
+A bug is planted with a ``sitecustomize`` module on the workers' PYTHONPATH (they inherit the
+CLI's environment), so the product code under test is the code that ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gctestbed import compress, results
+
+from helpers import gctestbed
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+# The micro-batch bug of issue 15: DDP exchanges at every backward (as when a micro-batch's forward
+# ran outside no_sync), so variance exchanges its buckets once per micro-batch.
+NO_SYNC_IGNORED = """
+import contextlib
+from torch.nn.parallel import DistributedDataParallel
+DistributedDataParallel.no_sync = lambda self: contextlib.nullcontext()
+"""
+# DGC selecting about 2k elements instead of k.
+DGC_TWICE_K = """
+from gctestbed.compress import dgc
+_sizes = dgc.sample_sizes
+def _doubled(n, density, sample_ratio):
+    k, sample_n, k_sample = _sizes(n, density, sample_ratio)
+    return 2 * k, sample_n, 2 * k_sample
+dgc.sample_sizes = _doubled
+"""
+
+
+def verify(tmp_path, *args, plant: str | None = None):
+    env = dict(os.environ)
+    if plant is not None:
+        (tmp_path / "plant").mkdir()
+        (tmp_path / "plant" / "sitecustomize.py").write_text(plant)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plant"), env.get("PYTHONPATH")]))
+    proc = gctestbed("verify", *args, "--json", "--results", str(tmp_path / "results"), env=env, timeout=900)
+    return proc, json.loads(proc.stdout) if proc.stdout.strip() else None
+
+
+def test_every_method_keeps_its_contract(tmp_path, state_dir):
+    proc, report = verify(tmp_path)
+    assert proc.returncode == 0, proc.stderr + json.dumps([r for r in report["methods"] if not r["ok"]], indent=1)
+    assert sorted(r["method"].split(":")[0] for r in report["methods"]) == compress.names()
+    base = report["none"]
+    conn = results.connect(str(tmp_path / "results"))
+    none_summary = results.summarize(conn, results.find_run(conn, base["run_id"]))
+    for row in report["methods"]:
+        assert row["ok"] and row["params_identical"] is True, row
+        # one exchange per bucket and step, as none makes: each parameter went out once
+        assert row["exchanges_per_step"] == base["exchanges_per_step"] >= 2, row
+        summary = results.summarize(conn, results.find_run(conn, row["run_id"]))
+        assert summary["buckets_per_step"] == none_summary["buckets_per_step"], row["method"]
+        assert row["steps_judged"] == list(range(2, report["steps"]))
+    conn.close()
+
+
+def test_verify_fails_on_the_micro_batch_bug(tmp_path, state_dir):
+    proc, report = verify(tmp_path, "--compressor", "variance;hybrid", plant=NO_SYNC_IGNORED)
+    assert proc.returncode == 1, proc.stderr
+    assert "broke their contract: variance, hybrid" in proc.stderr
+    for row in report["methods"]:
+        terms = {p["term"] for p in row["problems"]}
+        assert {"exchanges", "interface bytes"} <= terms, row["problems"]
+        assert row["exchanges_per_step"] == 4 * report["none"]["exchanges_per_step"]
+
+
+def test_verify_fails_on_a_dgc_that_selects_twice_k(tmp_path, state_dir):
+    proc, report = verify(tmp_path, "--compressor", "dgc:steps_per_epoch=1", plant=DGC_TWICE_K)
+    assert proc.returncode == 1 and "broke their contract: dgc:steps_per_epoch=1" in proc.stderr
+    (row,) = report["methods"]
+    assert {p["term"] for p in row["problems"]} == {"elements selected"}, row["problems"]
+    assert report["none"]["ok"]
