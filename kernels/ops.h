@@ -25,7 +25,7 @@ namespace gct {
 // 0x03 are codes 0..3 of byte 0, at bits 6, 4, 2, 0.
 template <int Bits>
 GCT_HOST_DEVICE constexpr int code_shift(int j) {
-    return 8 * (j / (8 / Bits)) + Bits * (8 / Bits - 1 - j % (8 / Bits));
+    return Bits * (j ^ (8 / Bits - 1));      // = 8 * (j / (8/Bits)) + Bits * (8/Bits - 1 - j % (8/Bits))
 }
 
 // Allocates the output of a kernel whose size is known only after it ran (compaction).

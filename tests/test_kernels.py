@@ -121,6 +121,112 @@ def test_native_matches_reference(ops, method, n):
     run_both(method, n)
 
 
+DECODERS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001", "variance", "topk:ratio=0.05",
+            "qsgd:levels=1", "qsgd", "qsgd:levels=100,bucket_size=40"]
+
+
+def decoded_sums(method: str, p: int, n: int, offset: int = 0, shuffle: bool = False) -> dict[str, torch.Tensor]:
+    """The sum of p ranks' payloads, decoded by the reference and by the native kernels, written
+    into a buffer ``offset`` elements into a larger one (unaligned output); with ``shuffle`` each
+    sparse payload's entries are put out of order (the decoders' scattering path)."""
+    name, options = compress.resolve(method)
+    comps = {mode: compress.create(name, options, kernels=mode) for mode in ("torch", "native")}
+    payloads = []
+    for rank, g in enumerate(torch.randn(p, n, generator=torch.Generator().manual_seed(p * n)) * 1e-3):
+        c = compress.create(name, options, kernels="torch")
+        if c.microbatches > 1:
+            c.sample_stats = Stats(g, rank)
+        payloads.append(c.encode(g, Bucket(key=0, shapes=[torch.Size([n])], step=5, rank=rank, world=p)).gather)
+    if shuffle:
+        for tensors in payloads:
+            order = torch.randperm(tensors[0].numel(), generator=torch.Generator().manual_seed(1))
+            if name == "variance":
+                codes = bitpack.unpack(tensors[1], 4, tensors[0].numel())[order]
+                tensors[1] = bitpack.pack(codes, 4)
+                tensors[0] = tensors[0][order]
+            elif name == "topk":
+                tensors[0], tensors[1] = tensors[0][order], tensors[1][order]
+            else:
+                tensors[0] = tensors[0][order]
+    bucket = Bucket(key=0, shapes=[torch.Size([n])], step=5, world=p)
+    full = Payload(gather=payloads[0], gathered=payloads)
+    outs = {}
+    for mode, c in comps.items():
+        buffer = torch.full((n + offset,), 7.0)[offset:]
+        result = c.decompress(full, bucket, n, out=buffer if mode == "native" else None)
+        outs[mode] = result
+    return outs
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 8, 9, 17])
+@pytest.mark.parametrize("method", DECODERS)
+def test_decoders_sum_any_number_of_payloads_exactly(ops, method, p):
+    """Every decoder's vectorised paths (payload loops unrolled up to 8, bit-sliced votes) against
+    the reference, at sizes around its 16- and 512-element groups, into aligned and unaligned output."""
+    for n, offset in ((1, 0), (15, 0), (16, 0), (17, 3), (511, 0), (1030, 5), (70_001, 0), (70_001, 1)):
+        outs = decoded_sums(method, p, n, offset)
+        identical(outs["native"], outs["torch"], f"{method} p={p} n={n} offset={offset}")
+
+
+@pytest.mark.parametrize("method", ["threshold:tau=0.001", "variance", "topk:ratio=0.05"])
+def test_sparse_decoders_take_payloads_out_of_order(ops, method):
+    """gctestbed's encoders send indices ascending and the decoders sum block by block; entries in
+    any other order are found out and summed by scattering, with the same result."""
+    for n in (1000, 70_001):
+        outs = decoded_sums(method, 3, n, shuffle=True)
+        identical(outs["native"], outs["torch"], f"{method} shuffled n={n}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_scatter_add_sums_values_of_every_dtype_in_payload_order(ops, dtype, ordered):
+    n, gen = 70_001, torch.Generator().manual_seed(9)
+    indices, values = [], []
+    for q in range(5):
+        idx = torch.randperm(n, generator=gen)[:3000]
+        indices.append((idx.sort().values if ordered else idx).to(torch.int32))
+        values.append((torch.randn(3000, generator=gen) * 10 ** -q).to(dtype))
+    expected = torch.zeros(n)
+    for idx, v in zip(indices, values):          # the reference's order: payload by payload
+        step = torch.zeros(n)
+        step[idx.long()] = v.float()
+        expected += step
+    identical(ops.scatter_add(indices, values, n), expected, f"scatter_add {dtype} ordered={ordered}")
+
+
+WITHOUT_AVX512 = """
+import sys, torch
+from torch.utils import cpp_extension
+from gctestbed import kernels
+cpp_extension.load(name="gctestbed_ops", sources=[str(p) for p in kernels.sources(False)], build_directory=sys.argv[1],
+                   extra_cflags=kernels.CFLAGS + ["-mno-avx512f"], extra_ldflags=["-fopenmp"], is_python_module=False)
+kernels._ops = torch.ops.gctestbed
+sys.path.insert(0, sys.argv[2])
+import test_kernels as t
+for method in t.DECODERS:
+    for p in (1, 3, 9):
+        for n, offset in ((17, 3), (1030, 5), (70_001, 1)):
+            outs = t.decoded_sums(method, p, n, offset)
+            t.identical(outs["native"], outs["torch"], f"{method} p={p} n={n} offset={offset} without AVX-512")
+for method in ("threshold:tau=0.001", "variance", "topk:ratio=0.05"):
+    outs = t.decoded_sums(method, 3, 70_001, shuffle=True)
+    t.identical(outs["native"], outs["torch"], f"{method} shuffled without AVX-512")
+for method in t.METHODS:
+    t.run_both(method, 70_001, steps=2)
+print("bit-exact without AVX-512")
+"""
+
+
+def test_kernels_without_avx512_are_exact_too(tmp_path):
+    """The kernels' portable paths (no AVX-512: AVX2 streaming stores, scalar lookups and votes),
+    built here with -mno-avx512f in a process of their own, against the reference."""
+    if "avx512f" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has no AVX-512: the main build already runs the portable paths")
+    done = subprocess.run([sys.executable, "-c", WITHOUT_AVX512, str(tmp_path), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and "bit-exact without AVX-512" in done.stdout, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("method", ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001",
                                     "dgc:warmup_epochs=0,min_numel=8", "efsignsgd"])
 def test_nan_and_inf_behave_as_the_reference(ops, method):

@@ -5,14 +5,16 @@ Both sides run what training runs: a compressor created with ``kernels="native"`
 residual memory where the method has one, zeroed (untimed) before each call so every call sees
 the same density; decoders sum ``payloads`` ranks' payloads into a preallocated buffer, as the
 hook does into DDP's bucket. Effective GB/s counts the bytes a kernel must move (inputs read
-once, outputs written once) and is set against this machine's copy bandwidth, measured by the
-same command as torch's ``copy_`` of a buffer of the same size. Selection kernels are also timed
-against ``torch.topk``.
+once, outputs written once) and is set against this machine's copy bandwidth: torch's ``copy_``
+of a buffer of the same size, timed before each timed call of the kernel (a shared host's memory
+bandwidth drifts; a figure set against copies taken minutes earlier drifts with it). Selection
+kernels are also timed against ``torch.topk``.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Callable
 
 import torch
@@ -44,11 +46,23 @@ def _timer(device: torch.device, reps: int):
     return best
 
 
-def copy_bandwidth(n: int, device: torch.device, reps: int = 10) -> float:
-    """Bytes per second of copying n float32 (read + write), best of ``reps``."""
+def _beside_copy(device: torch.device, n: int, reps: int):
+    """Like ``_timer``, but each timed call is preceded by a timed copy of n float32: (best seconds
+    of the call, best copy bandwidth around it). A shared host's memory bandwidth drifts over
+    seconds; a kernel's share of the copy bandwidth is taken against the copies timed beside it."""
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    return 8 * n / _timer(device, reps)(lambda: dst.copy_(src))
+    timer = _timer(device, 1)
+
+    def best(fn: Callable[[], object], setup: Callable[[], object] = lambda: None) -> tuple[float, float]:
+        setup()
+        fn()
+        calls, copies = [], []
+        for _ in range(reps):
+            copies.append(timer(lambda: dst.copy_(src)))
+            calls.append(timer(fn, setup))
+        return min(calls), 8 * n / min(copies)
+    return best
 
 
 class _MicroBatches:
@@ -144,22 +158,20 @@ def run(size: int, device: str, payloads: int = 4, on_phase: Callable[[str], Non
     if ops is None or not kernels.supports(ops, torch.empty(0, device=dev)):
         from ..spec import UserError
         raise UserError(f"no native kernels for {device} here (see the message above); nothing to compare.")
-    on_phase("copy bandwidth")
-    copy_bps = copy_bandwidth(size, dev)
-    fast, slow = _timer(dev, 5), _timer(dev, 2)
+    fast, slow = _beside_copy(dev, size, 5), _timer(dev, 2)
     rows = []
     for name, nbytes, ref_fn, nat_fn, setup, topk_fn in _cases(size, payloads, dev):
         on_phase(name)
-        native_s, reference_s = fast(nat_fn, setup), slow(ref_fn, setup)
+        (native_s, copy_bps), reference_s = fast(nat_fn, setup), slow(ref_fn, setup)
         row = {"kernel": name, "native_ms": native_s * 1e3, "reference_ms": reference_s * 1e3,
                "speedup": reference_s / native_s, "bytes": nbytes, "gbps": nbytes / native_s / 1e9,
-               "pct_copy": 100 * nbytes / native_s / copy_bps}
+               "copy_gbps": copy_bps / 1e9, "pct_copy": 100 * nbytes / native_s / copy_bps}
         if topk_fn is not None:
             topk_s = slow(topk_fn)
             row.update(topk_ms=topk_s * 1e3, vs_topk=topk_s / native_s)
         rows.append(row)
     return {"machine": machine(dev), "device": device, "size": size, "payloads": payloads,
-            "threads": torch.get_num_threads(), "copy_gbps": copy_bps / 1e9, "rows": rows}
+            "threads": torch.get_num_threads(), "copy_gbps": statistics.median(r["copy_gbps"] for r in rows), "rows": rows}
 
 
 def machine(dev: torch.device) -> str:

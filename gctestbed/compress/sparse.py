@@ -1,6 +1,6 @@
 """Sparsifiers: send a few elements as (index, value) and keep the rest for later.
 
-- ``topk``: the k largest magnitudes, exactly (torch.topk), int32 indices and fp32 values.
+- ``topk``: the k largest magnitudes, exactly (torch.topk), int32 indices (ascending) and fp32 values.
 - ``randomk``: k elements drawn from a seed every rank shares (seed, step, bucket), so the
   indices are never sent and the values are all-reduced; ``unbiased`` scales them by n/k.
 - ``threshold`` (Strom 2015): every element whose accumulated value reaches +-tau, sent as one
@@ -54,6 +54,7 @@ class TopK(Compressor):
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         idx = torch.topk(grad.abs(), _k(grad.numel(), self.options.ratio), sorted=False).indices
+        idx = idx.sort().values        # ascending, as every sparse payload: decoders sum them block by block
         return Payload(gather=[idx.to(torch.int32), grad[idx]], sent=idx.numel())
 
     def decode_sum(self, gathered, meta, bucket, numel, out=None):

@@ -1,7 +1,6 @@
 // Sparse payloads (int32 index, float/half/bfloat16 value) of p ranks summed into one dense
-// tensor. Indices are unique within a payload, so each payload is scattered in parallel without
-// atomics, and payloads are added in rank order (the reference's order of summation).
-#include "common.h"
+// tensor (sparse.h), payloads added in rank order (the reference's order of summation).
+#include "sparse.h"
 
 namespace gct::cpu {
 
@@ -33,20 +32,16 @@ static float bf16_to_float(uint16_t b) {
 
 void scatter_add(const int32_t* const* idx, const void* const* values, ValueType vt, const int64_t* counts, int p,
                  float* out, int64_t n) {
-    std::memset(out, 0, n * sizeof(float));
-    for (int q = 0; q < p; ++q) {
-        const int32_t* iq = idx[q];
-        const int64_t m = counts[q];
-        if (vt == ValueType::f32) {
-            const float* v = static_cast<const float*>(values[q]);
-#pragma omp parallel for num_threads(threads_for(m)) schedule(static)
-            for (int64_t j = 0; j < m; ++j) out[iq[j]] += v[j];
-        } else {
-            const uint16_t* v = static_cast<const uint16_t*>(values[q]);
-            const bool half = vt == ValueType::f16;
-#pragma omp parallel for num_threads(threads_for(m)) schedule(static)
-            for (int64_t j = 0; j < m; ++j) out[iq[j]] += half ? half_to_float(v[j]) : bf16_to_float(v[j]);
-        }
+    if (vt == ValueType::f32) {
+        sparse_sum(p, counts, [idx, values](int q, int64_t j) {
+            return std::pair<int64_t, float>(idx[q][j], static_cast<const float*>(values[q])[j]);
+        }, out, n);
+    } else {
+        const bool half = vt == ValueType::f16;
+        sparse_sum(p, counts, [idx, values, half](int q, int64_t j) {
+            const uint16_t v = static_cast<const uint16_t*>(values[q])[j];
+            return std::pair<int64_t, float>(idx[q][j], half ? half_to_float(v) : bf16_to_float(v));
+        }, out, n);
     }
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "pack.h"
+#include "sparse.h"
 
 namespace gct::cpu {
 
@@ -46,15 +47,10 @@ void threshold_encode(const float* g, float* r, int64_t n, float tau, const Allo
 }
 
 void threshold_decode(const int32_t* const* words, const int64_t* counts, int p, float* out, int64_t n, float tau) {
-    std::memset(out, 0, n * sizeof(float));
-    for (int q = 0; q < p; ++q) {
-        const int32_t* wq = words[q];
-#pragma omp parallel for num_threads(threads_for(counts[q])) schedule(static)
-        for (int64_t j = 0; j < counts[q]; ++j) {
-            const uint32_t word = static_cast<uint32_t>(wq[j]);
-            out[word & 0x7FFFFFFFu] += (word >> 31) ? -tau : tau;
-        }
-    }
+    sparse_sum(p, counts, [words, tau](int q, int64_t j) {
+        const uint32_t word = static_cast<uint32_t>(words[q][j]);
+        return std::pair<int64_t, float>(word & 0x7FFFFFFFu, (word >> 31) ? -tau : tau);
+    }, out, n);
 }
 
 }  // namespace gct::cpu

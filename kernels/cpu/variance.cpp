@@ -1,9 +1,11 @@
 // Variance-based compression: per element the variance estimate from micro-batch squares, the
 // accumulations r and v, the send criterion, and v's reset or decay, in one pass; then the 4-bit
 // codes of the (few) selected elements relative to the largest selected |r|.
+#include <array>
 #include <cmath>
 
 #include "pack.h"
+#include "sparse.h"
 
 namespace gct::cpu {
 
@@ -83,17 +85,12 @@ float variance_encode(const float* g, const float* squares, float* r, float* v, 
 
 void variance_decode(const int32_t* const* idx, const int32_t* const* codes, const float* scales,
                      const int64_t* counts, int p, float* out, int64_t n) {
-    std::memset(out, 0, n * sizeof(float));
-    for (int q = 0; q < p; ++q) {
-        const int32_t* iq = idx[q];
-        const int32_t* cq = codes[q];
-        const float scale = scales[q];
-#pragma omp parallel for num_threads(threads_for(counts[q])) schedule(static)
-        for (int64_t j = 0; j < counts[q]; ++j) {
-            const uint32_t c = code_at<4>(cq, j);
-            out[iq[j]] += ((c & 8u) ? -scale : scale) * kPow2[c & 7u];
-        }
-    }
+    std::vector<std::array<float, 16>> values(p);         // what each payload's 16 codes stand for
+    for (int q = 0; q < p; ++q)
+        for (uint32_t c = 0; c < 16; ++c) values[q][c] = ((c & 8u) ? -scales[q] : scales[q]) * kPow2[c & 7u];
+    sparse_sum(p, counts, [idx, codes, &values](int q, int64_t j) {
+        return std::pair<int64_t, float>(idx[q][j], values[q][code_at<4>(codes[q], j)]);
+    }, out, n);
 }
 
 }  // namespace gct::cpu
