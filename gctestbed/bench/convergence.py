@@ -23,7 +23,7 @@ TUNED = {
     "dgc": "dgc:ratio=0.001,steps_per_epoch=10,clip_norm=1",
     "variance": "variance:alpha=5",
     "hybrid": "hybrid:alpha=1000,tau=0.01",
-    "twobit": "twobit:threshold=0.1",
+    "twobit": "twobit:threshold=0.03",
     "threshold": "threshold:tau=0.03",
     "onebit": "onebit:scale=0.01",
     "signum": "signum:scale=0.01",
