@@ -22,7 +22,7 @@ Rules that are gctestbed's, not a paper's, and so part of every contract:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 DENSE_FLOOR = 1024         # compress.hook's: smaller buckets go dense (a rule of gctestbed's)
@@ -60,7 +60,6 @@ class BucketContract:
 
     rounds: list[list[Collective]]
     bounds: Bounds | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def payload_bytes(self) -> int:
@@ -119,10 +118,10 @@ def _powersgd(o, shapes, step, sent):
     beside every other tensor whole, then Q (m x r) in round 2."""
     r, rate = o["rank"], o["min_compression_rate"]
     n_all = sum(_numel(s) for s in shapes)
-    matrices = [(s[0], _numel(s) // s[0]) for s in shapes if len(s) >= 2 and s[0] * (_numel(s) // s[0]) >= rate * (s[0] + _numel(s) // s[0]) * r]
-    if step < o["start_iter"] or not matrices:
-        return BucketContract([[Collective("allreduce", {"fp32 values": 4 * n_all})]],
-                              notes=["before start_iter" if step < o["start_iter"] else "no matrix worth compressing"])
+    as_matrices = [(s[0], _numel(s) // s[0]) for s in shapes if len(s) >= 2]
+    matrices = [(n, m) for n, m in as_matrices if n * m >= rate * (n + m) * r]
+    if step < o["start_iter"] or not matrices:                  # plain all-reduce
+        return BucketContract([[Collective("allreduce", {"fp32 values": 4 * n_all})]])
     whole = n_all - sum(n * m for n, m in matrices)
     first = [Collective("allreduce", {"P (fp32)": 4 * r * sum(n for n, _ in matrices)})]
     if whole:
@@ -363,8 +362,8 @@ def wire_window(checks: list[StepCheck]) -> tuple[int, int, int, int]:
 
 
 def summarise(checks: list[StepCheck], world: int) -> dict:
-    """Medians over the judged steps (rank-averaged), the counters against the contract over the
-    window, and every problem found."""
+    """The judged steps' figures (bytes on the wire averaged over the window, the rest medians of
+    rank means), the counters against the contract over the window, and every problem found."""
     import statistics
 
     def median(values):
@@ -380,18 +379,23 @@ def summarise(checks: list[StepCheck], world: int) -> dict:
                       else None for cs in per_step.values())
 
     problems = [{"term": term, "step": c.step, "node": c.rank, "text": text} for c in checks for term, text in c.problems]
+    windows = []                            # per node: its judged steps' counters and contract, per step
     for rank in range(world):
         mine = [c for c in checks if c.rank == rank]
         if not mine or any(c.counters is None for c in mine):
             continue
         counters, contract, low, high = wire_window(mine)
+        windows.append((counters / len(mine), contract / len(mine)))
         if not low <= counters <= high:
             problems.append({"term": "interface bytes", "step": None, "node": rank, "text":
                              f"steps {mine[0].step}-{mine[-1].step}: the interface sent {counters} bytes, the contract "
                              f"{contract}" + (f" ({counters / contract:.3g}x)" if contract else "") +
                              f"; allowed {low}..{high} (headers, and one bucket crossing each end)"})
-    return {"steps_judged": sorted(per_step), "contract_wire_bytes": per_step_mean("contract_wire"),
-            "counters_bytes": per_step_mean("counters"), "contract_payload_bytes": per_step_mean("contract_payload"),
+    return {"steps_judged": sorted(per_step),
+            # bytes on the wire: the window's, per step and node (a step's own counters may hold part of the next's)
+            "contract_wire_bytes": statistics.fmean(w[1] for w in windows) if windows else per_step_mean("contract_wire"),
+            "counters_bytes": statistics.fmean(w[0] for w in windows) if windows else None,
+            "contract_payload_bytes": per_step_mean("contract_payload"),
             "accounting_bytes": per_step_mean("accounting"), "exchanges_per_step": median(c.exchanges for c in checks),
             "collectives_per_step": median(c.calls for c in checks),
             "sent_fraction": median(c.sent / c.numel for c in checks if c.sent is not None and c.numel),

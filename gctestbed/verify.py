@@ -77,9 +77,10 @@ def judge_row(text: str, summary: dict, check: dict | None, base: dict | None) -
         problems.append(_problem("exchanges", f"{exchanges:g} exchanges per step where none makes "
                                               f"{base['exchanges_per_step']:g}"))
     counters = check["counters_bytes"] if check else None
+    reference = base["counters_bytes"] if base else counters          # none's own row: 1
     return {"method": text, "run_id": summary["run_id"],
             "contract_bytes": check["contract_wire_bytes"] if check else None, "counters_bytes": counters,
-            "ratio_to_none": counters / base["counters_bytes"] if base and counters and base["counters_bytes"] else None,
+            "ratio_to_none": counters / reference if counters and reference else None,
             "payload_bytes": check["accounting_bytes"] if check else None,
             "exchanges_per_step": exchanges, "collectives_per_step": check["collectives_per_step"] if check else None,
             "sent_fraction": check["sent_fraction"] if check else None, "steps_judged": check["steps_judged"] if check else [],

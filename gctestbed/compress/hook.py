@@ -168,7 +168,7 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     future: torch.futures.Future = torch.futures.Future()
     params = bucket.parameters()
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
-                 world=state.world_size, params=params, ids=tuple(state.names[id(p)] for p in params))
+                 world=state.world_size, params=params, ids=tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params)))
     if state.serial:
         state.pending.append((bucket.buffer(), ctx))
         future.set_result(bucket.buffer())
