@@ -443,16 +443,19 @@ def verify(compressor, nodes, bw, steps, results_dir, as_json):
 
 
 def verify_table(report: dict) -> Table:
+    judged = report["none"]["steps_judged"] if report["none"] else []
     table = Table(title=f"verify: {report['nodes']} nodes at {report['bw']}, {report['workload']} "
-                        f"({report['model_numel']:,} parameters), steps {report['methods'][0]['steps_judged'][0] if report['methods'] and report['methods'][0]['steps_judged'] else '-'}"
-                        f"-{report['steps'] - 1} judged; bytes per node per step")
+                        f"({report['model_numel']:,} parameters), "
+                        + (f"steps {judged[0]}-{judged[-1]} judged" if judged else "no step judged")
+                        + "; bytes per node per step")
     for col in ("method", "contract", "interface", "ratio to none", "exchanges", "collectives", "sent", "verdict"):
         table.add_column(col, justify="left" if col in ("method", "verdict") else "right")
     none_ex = report["none"]["exchanges_per_step"] if report["none"] else None
     for r in report["methods"]:
+        exchanges = r["exchanges_per_step"]
         table.add_row(escape(r["method"]), verify_.fmt_bytes(r["contract_bytes"]), verify_.fmt_bytes(r["counters_bytes"]),
                       f"{r['ratio_to_none']:.3g}" if r["ratio_to_none"] else "-",
-                      f"{r['exchanges_per_step']:g} (none {none_ex:g})" if r["exchanges_per_step"] is not None and none_ex else "-",
+                      f"{exchanges:g} (none {none_ex:g})" if exchanges is not None and none_ex else "-",
                       f"{r['collectives_per_step']:g}" if r["collectives_per_step"] is not None else "-",
                       f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
                       "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")

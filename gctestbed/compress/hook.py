@@ -167,8 +167,9 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     In serial mode, keep the bucket for ``exchange_pending`` and hand it back untouched."""
     future: torch.futures.Future = torch.futures.Future()
     params = bucket.parameters()
+    ids = tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params))
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
-                 world=state.world_size, params=params, ids=tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params)))
+                 world=state.world_size, params=params, ids=ids)
     if state.serial:
         state.pending.append((bucket.buffer(), ctx))
         future.set_result(bucket.buffer())
