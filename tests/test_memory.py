@@ -144,3 +144,12 @@ def test_memory_starts_a_parameter_afresh_only_when_new_or_resized():
     assert memory.flat(["w"], [6], "cpu").tolist() == [0] * 6
     seeded = memory.flat(["q"], [3], "cpu", fresh=lambda pid, n: torch.full((n,), 7.0))
     assert seeded.tolist() == [7, 7, 7]
+
+
+def test_memory_hands_back_no_stale_bucket_after_a_parameter_moved_on():
+    """[a b], then [a c] (a moves on; [a b] still holds b), then [a b] again: a's state is the one
+    it took with it, not the copy left behind in the first bucket's tensor."""
+    memory = Memory()
+    memory.flat(["a", "b"], [2, 2], "cpu").copy_(torch.tensor([1.0, 1, 2, 2]))
+    memory.flat(["a", "c"], [2, 2], "cpu")[:2] += 10                  # a's state moves on and changes
+    assert memory.flat(["a", "b"], [2, 2], "cpu").tolist() == [11, 11, 2, 2]

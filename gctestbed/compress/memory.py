@@ -5,9 +5,9 @@ State belongs to parameters, not to bucket indices. DDP rebuilds its buckets aft
 (in the order gradients become ready), so bucket 0 of step 1 may hold other parameters than
 bucket 0 of step 0, at the same size; state kept per bucket index would then be applied to the
 wrong parameters. A Memory hands out one flat tensor per set of parameters (a bucket's ``ids``,
-their indices in the model), keeps using it while a bucket holds the same parameters in the same
-order, and otherwise assembles the new bucket's tensor from each parameter's part of the old ones,
-starting a parameter afresh only when it has no state yet or its size changed.
+their names in the model), keeps using it while every parameter's state still lives in it, and
+otherwise assembles the bucket's tensor from each parameter's current state, starting a parameter
+afresh only when it has no state yet or its size changed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 Fresh = Callable[[Hashable, int], torch.Tensor]     # (parameter id, elements) -> its initial state
+
+
+def _layout(ids: tuple, sizes: Sequence[int]):
+    """(parameter, offset, size) of each parameter laid end to end."""
+    offset = 0
+    for pid, n in zip(ids, sizes):
+        yield pid, offset, n
+        offset += n
 
 
 def _zeros(device) -> Fresh:
@@ -36,21 +44,19 @@ class Memory:
         parameters start from ``fresh`` (zeros by default)."""
         key = tuple(ids)
         held = self._flats.get(key)
-        if held is not None and all(self._home[pid][2] == n for pid, n in zip(key, sizes)):
+        if held is not None and all(self._home[pid] == (key, at, n) for pid, at, n in _layout(key, sizes)):
             return held
         fresh = fresh or _zeros(device)
-        parts, offsets, offset = [], [], 0
-        for pid, n in zip(key, sizes):
+        parts = []
+        for pid, _, n in _layout(key, sizes):
             home = self._home.get(pid)
             if home is not None and home[2] == n:
                 parts.append(self._flats[home[0]][home[1]:home[1] + n])
             else:
                 parts.append(fresh(pid, n).reshape(-1).to(device=device, dtype=torch.float32))
-            offsets.append(offset)
-            offset += n
         flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=device)
         left = {self._home[pid][0] for pid in key if pid in self._home}
-        for pid, at, n in zip(key, offsets, sizes):
+        for pid, at, n in _layout(key, sizes):
             self._home[pid] = (key, at, n)
         self._flats[key] = flat
         for old in left - {key}:                       # drop flats no parameter lives in any more
