@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_NODES = 64
+DENSE_FLOOR = 1024      # buckets with fewer elements go dense, whatever the method: compressing them saves less than it costs
 
 
 class UserError(Exception):

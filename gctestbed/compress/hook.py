@@ -35,13 +35,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..timing import now
 from . import collectives
+from ..spec import DENSE_FLOOR
 from .base import Bucket, Compressor, Payload
 from .dense import NoCompression
 
 _PLAIN = NoCompression()      # what buckets under the dense floor use
 
 
-DENSE_FLOOR = 1024      # buckets with fewer elements go dense: compressing them saves less than it costs
 
 
 class HookState:
@@ -81,26 +81,28 @@ class HookState:
                 future.set_exception(e)
 
     def _reset(self) -> None:
-        self._stats = {"payload_bytes": 0, "gather_bytes": 0, "expected_tx_bytes": 0, "reduce_calls": 0,
-                       "gather_calls": 0, "buckets": 0, "encode_s": 0.0, "decode_s": 0.0}
+        self._stats = {"encode_s": 0.0, "decode_s": 0.0}
         self._comm_start: float | None = None
         self._comm_end: float | None = None
         self._comm_busy = 0.0
-        self._bucket_tx: dict[int, int] = {}      # expected bytes sent per bucket key
         self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
         self._new_layouts: list[dict[str, Any]] = []
 
     def take_step_stats(self) -> dict[str, Any]:
         """The counters since the last call (one step), then start afresh. ``exchanges`` lists
         every bucket exchanged (its layout, elements, elements sent, rounds, collectives, bytes);
-        ``layouts`` the bucket layouts first seen in this step."""
+        ``layouts`` the bucket layouts first seen in this step; the step's byte and call counts
+        are their sums."""
         with self._lock:
-            stats = dict(self._stats)
-            stats["exchanges"], stats["layouts"] = self._exchanges, self._new_layouts
+            exchanges = self._exchanges
+            stats = {**self._stats, **{key: sum(ex[key] for ex in exchanges) for key in ROUND_FIELDS},
+                     "buckets": len(exchanges), "exchanges": exchanges, "layouts": self._new_layouts}
             span = (self._comm_end - self._comm_start) if self._comm_start and self._comm_end else None
-            stats["comm_s"] = (self._comm_busy if self._stats["buckets"] else None) if self.serial else span
+            stats["comm_s"] = (self._comm_busy if exchanges else None) if self.serial else span
             # the bucket backward finishes last (DDP's highest index): its exchange cannot overlap backward
-            stats["tail_tx_bytes"] = self._bucket_tx[max(self._bucket_tx)] if self._bucket_tx else None
+            tail = max((ex["bucket"] for ex in exchanges), default=None)
+            stats["tail_tx_bytes"] = (sum(ex["expected_tx_bytes"] for ex in exchanges if ex["bucket"] == tail)
+                                      if exchanges else None)
             self._reset()
         return stats
 
@@ -146,20 +148,16 @@ class HookState:
 ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")
 
 
-def _finish_round(state: HookState, payload: Payload, key: int) -> dict[str, int]:
-    """Run the gather part of a payload (the reduce part is already summed) and count its bytes;
-    what the round cost, by ROUND_FIELDS."""
+def _finish_round(state: HookState, payload: Payload) -> dict[str, int]:
+    """Run the gather part of a payload (the reduce part is already summed); what the round cost,
+    by ROUND_FIELDS."""
     sent = 0
     if payload.gather:
         payload.gathered, sent = collectives.gather(payload.gather, state.process_group)
     tx = collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce), sent, state.world_size)
-    cost = {"payload_bytes": payload.nbytes, "gather_bytes": sum(t.numel() * t.element_size() for t in payload.gather),
+    return {"payload_bytes": payload.nbytes, "gather_bytes": sum(t.numel() * t.element_size() for t in payload.gather),
             "reduce_calls": len(payload.reduce), "gather_calls": collectives.GATHER_CALLS if payload.gather else 0,
             "expected_tx_bytes": tx}
-    state._count(**cost)
-    with state._lock:
-        state._bucket_tx[key] = state._bucket_tx.get(key, 0) + tx
-    return cost
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -198,7 +196,7 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     t0 = now()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
     launched = now()
-    state._count(encode_s=launched - t0, buckets=1)
+    state._count(encode_s=launched - t0)
     state._launched(launched)
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
@@ -208,7 +206,7 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     current, decode_s, rounds = payload, 0.0, []
     while True:
         collectives.allreduce(current.reduce, state.process_group).wait()
-        rounds.append(_finish_round(state, current, ctx.key))
+        rounds.append(_finish_round(state, current))
         state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(current, ctx, numel, out=buffer)    # native decoders write in place
@@ -225,7 +223,7 @@ def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, 
     A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
     try:
         done.value()
-        state._record(ctx, numel, payload.sent, [_finish_round(state, payload, ctx.key)])
+        state._record(ctx, numel, payload.sent, [_finish_round(state, payload)])
         state._arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)
