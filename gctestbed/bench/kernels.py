@@ -28,6 +28,17 @@ from ..timing import now
 SD = 1e-3
 
 
+def _once(device: torch.device, fn: Callable[[], object]) -> float:
+    """Seconds of one call of ``fn``, the device's queued work included."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = now()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return now() - start
+
+
 def _timer(device: torch.device, reps: int):
     def best(fn: Callable[[], object], setup: Callable[[], object] = lambda: None) -> float:
         setup()
@@ -35,13 +46,7 @@ def _timer(device: torch.device, reps: int):
         times = []
         for _ in range(reps):
             setup()                                       # untimed: e.g. memories back to zero
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = now()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(now() - start)
+            times.append(_once(device, fn))
         return min(times)
     return best
 
@@ -52,15 +57,15 @@ def _beside_copy(device: torch.device, n: int, reps: int):
     seconds; a kernel's share of the copy bandwidth is taken against the copies timed beside it."""
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    timer = _timer(device, 1)
 
     def best(fn: Callable[[], object], setup: Callable[[], object] = lambda: None) -> tuple[float, float]:
         setup()
-        fn()
+        fn()                                              # warm-up
         calls, copies = [], []
         for _ in range(reps):
-            copies.append(timer(lambda: dst.copy_(src)))
-            calls.append(timer(fn, setup))
+            copies.append(_once(device, lambda: dst.copy_(src)))
+            setup()
+            calls.append(_once(device, fn))
         return min(calls), 8 * n / min(copies)
     return best
 

@@ -103,9 +103,11 @@ template <int Bits, class Table>
 void decode_table(const int32_t* const* words, int p, float* out, int64_t n, int64_t span, Table table) {
     static_assert(Bits <= 4, "decode_table looks codes up in a table of 16 entries");
     constexpr int kCodes = 1 << Bits;
+    const size_t stride = 16 * static_cast<size_t>(p) + 16;          // a thread's tables, 64-byte aligned
+    std::vector<float> scratch(stride * omp_get_max_threads());
     for_blocks(n, [&](int64_t lo, int64_t hi) {
-        std::vector<float> tables(16 * static_cast<size_t>(p) + 16);
-        float* t = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(tables.data()) + 63) & ~uintptr_t(63));
+        float* mine = scratch.data() + stride * omp_get_thread_num();
+        float* t = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t(63));
         auto one = [&](int64_t j) {                 // element j, as the reference sums it
             float sum = t[code_at<Bits>(words[0], j)];
             for (int q = 1; q < p; ++q) sum += t[16 * q + code_at<Bits>(words[q], j)];

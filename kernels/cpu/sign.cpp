@@ -11,9 +11,10 @@ void sign_pack(const float* x, int32_t* words, int64_t n) {
     });
 }
 
+// Bits to +-scale: MXNet's 1-bit decoding of a single payload.
 void sign_unpack(const int32_t* words, float* out, int64_t n, float scale) {
     const int32_t* one[1] = {words};
-    decode_table<1>(one, 1, out, n, n, [scale](int, int64_t, float* t) { t[0] = -scale, t[1] = scale; });
+    onebit_decode(one, 1, out, n, scale);
 }
 
 namespace {
