@@ -437,7 +437,8 @@ def verify(compressor, nodes, bw, steps, results_dir, as_json):
                                                              lambda m: phase(f"verify: {m}")),
                            verify_table, as_json, width=140)
     if not report["ok"]:
-        broken = [r["method"] for r in report["methods"] if not r["ok"]]
+        rows = report["methods"] + ([report["none"]] if report["none"] not in report["methods"] else [])
+        broken = [r["method"] for r in rows if not r["ok"]]
         click.echo(f"gctestbed: {len(broken)} method(s) broke their contract: {', '.join(broken)}", err=True)
         sys.exit(1)
 

@@ -91,7 +91,7 @@ class PowerSGD(Compressor):
                                 lambda pid, n: torch.randn(n // r, r, generator=seeded(o.seed, pid)))
         else:
             flat = torch.cat([torch.randn(m, r, generator=seeded(o.seed, pid, bucket.step)).reshape(-1)
-                              for pid, m in zip(ids, widths)]).to(device) if ids else torch.zeros(0, device=device)
+                              for pid, m in zip(ids, widths)]).to(device)
         qs, offset = [], 0
         for m in widths:
             qs.append(flat[offset:offset + m * r].view(m, r))

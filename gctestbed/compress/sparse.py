@@ -1,7 +1,7 @@
 """Sparsifiers: send a few elements as (index, value) and keep the rest for later.
 
 - ``topk``: the k largest magnitudes, exactly (torch.topk), int32 indices (ascending) and fp32 values.
-- ``randomk``: k elements drawn from a seed every rank shares (seed, step, bucket), so the
+- ``randomk``: k elements drawn from a seed every rank shares (seed, step, the bucket's parameters), so the
   indices are never sent and the values are all-reduced; ``unbiased`` scales them by n/k.
 - ``threshold`` (Strom 2015): every element whose accumulated value reaches +-tau, sent as one
   32-bit word (bit 31 the sign, bits 0-30 the index), its value implicitly +-tau.
