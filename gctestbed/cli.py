@@ -71,8 +71,10 @@ _NETWORK_OPTIONS = [
     click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default="auto", show_default=True,
                  help="How delay, jitter and loss are made: the kernel's netem, or gctestbed's userspace delay line "
                       "on TAP devices (for kernels without netem); auto prefers netem."),
-    click.option("--topology", "topology_file", default=None, type=click.Path(dir_okay=False),
-                 help="A topology TOML file (see docs/topologies.md); replaces --nodes/--bw/--latency/--jitter/--loss."),
+    click.option("--topology", "topology_file", default=None, metavar="FILE|NAME",
+                 help="A topology TOML file, or the name of one shipped with gctestbed (two-racks, two-sites, "
+                      "straggler, asymmetric, star4; see docs/topologies.md), which replaces --nodes/--bw/--latency/"
+                      "--jitter/--loss; 'star' is the default network those flags describe."),
 ]
 
 
@@ -670,7 +672,8 @@ def compose_(nodes, gpus, output):
         click.echo(text, nl=False)
 
 
-COMPOSE_HEADER = """# Written by 'gctestbed compose'. Run: BW=100mbit COMPRESSOR=dgc docker compose --profile gpu up
+COMPOSE_HEADER = """# Written by 'gctestbed compose'. First 'gctestbed image build --gpu' (or without --gpu for the cpu
+# profile), then: BW=100mbit COMPRESSOR=dgc docker compose --profile gpu up
 # (or --profile cpu on machines without GPUs). Variables: BW, LATENCY, COMPRESSOR, WORKLOAD, STEPS, NODES.
 """
 
@@ -681,17 +684,17 @@ def image_group():
 
 
 @image_group.command(name="build")
-@click.option("--gpu", is_flag=True, help="The CUDA image (docker/Dockerfile.gpu) instead of the CPU one.")
+@click.option("--gpu", is_flag=True, help="The CUDA image (gctestbed/docker/Dockerfile.gpu) instead of the CPU one.")
 @click.option("--offline/--online", default=None,
               help="Offline: an empty imported base that runs this host's Python through read-only mounts; online: "
                    "the Dockerfile. Default: online when the registry answers, else offline.")
 def image_build(gpu, offline):
-    """Build gctestbed-node:cpu (or :gpu) from docker/Dockerfile.*, or offline where no registry is reachable."""
+    """Build gctestbed-node:cpu (or :gpu) from gctestbed/docker/Dockerfile.*, or offline where no registry is reachable."""
     from .launch import image
     with console.status("building the image") as status:
         built = image.build(gpu=gpu, offline=offline, on_phase=lambda text: status.update(text))
     how = "offline: this host's Python, mounted read-only: " + ", ".join(built["host_mounts"]) if built["offline"] \
-        else f"from docker/{image.DOCKERFILES[gpu]}"
+        else f"from gctestbed/docker/{image.DOCKERFILES[gpu]}"
     click.echo(f"built {built['tag']} ({how})")
 
 

@@ -29,8 +29,9 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
     link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
                     loss_pct=parse_percent(loss, "--loss"), bw_down_bps=parse_rate(bw_down) if bw_down else None)
     topo = None
-    if topology_file:
-        topo = topofile.load(topology_file)
+    path = topofile.locate(topology_file) if topology_file else None
+    if path is not None:
+        topo = topofile.load(path)
         nodes = str(len(topo.nodes))
     spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
                    calibrate=calibrate, accept_miss=accept_miss,

@@ -1,11 +1,12 @@
 """Native code of gctestbed, built on first use with torch.utils.cpp_extension (ninja) and cached.
 
-Sources live in the top-level ``kernels/`` folder of the source tree. A build is redone only
+Sources ship inside the package (``gctestbed/native/``), so an installed gctestbed builds them as
+a source tree does. A build is redone only
 when a source changes (cpp_extension hashes them), and concurrent builds of the same target
 wait for each other on cpp_extension's lock.
 
 Two kinds of native code: standalone programs (the delay line) and the compressor kernels,
-which register ``torch.ops.gctestbed.*`` (kernels/bindings.cpp). The kernels choose CPU or CUDA
+which register ``torch.ops.gctestbed.*`` (native/bindings.cpp). The kernels choose CPU or CUDA
 code by the tensors' device; CUDA code is built when torch sees a GPU and nvcc is present.
 Where no compiler is found the compressors fall back to their pure-torch reference, saying so
 once per process.
@@ -21,7 +22,7 @@ from typing import Any
 
 from .spec import KERNEL_MODES, UserError
 
-SOURCE_DIR = Path(__file__).resolve().parent.parent / "kernels"
+SOURCE_DIR = Path(__file__).resolve().parent / "native"
 
 
 def build_dir() -> Path:
@@ -42,7 +43,7 @@ def _ninja_on_path() -> None:
 def _check_sources(name: str, paths: list[Path]) -> None:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        raise UserError(f"the sources of {name} are missing ({', '.join(missing)}): install gctestbed from its source tree (pip install -e .).")
+        raise UserError(f"the sources of {name} are missing ({', '.join(missing)}): reinstall gctestbed (pip install --force-reinstall gctestbed): its package data is incomplete.")
 
 
 def _check_compiler(name: str) -> None:
@@ -58,7 +59,7 @@ def _first_error(log: str) -> str:
 
 
 def executable(name: str, sources: list[str]) -> str:
-    """Path of the standalone program ``name`` built from ``sources`` (relative to kernels/)."""
+    """Path of the standalone program ``name`` built from ``sources`` (relative to native/)."""
     paths = [SOURCE_DIR / s for s in sources]
     _check_sources(name, paths)
     _check_compiler(name)

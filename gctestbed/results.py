@@ -502,6 +502,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "eval_accuracy": nodes[0]["eval_accuracy"] if nodes else None,
         "params_identical": len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
         "latency_impl": env.get("shaping", {}).get("latency_impl"),
+        "environment": env,
         "calibration": calibration,
         "calibration_missed": any(c["miss"] for c in calibration),
         "faults": faults,

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from . import compress, kernels, results, userscript
+from . import __version__, compress, kernels, results, userscript
 from .launch import nodeenv
 from .launch import state as ledger
 from .net import calibrate
@@ -48,8 +48,8 @@ def environment() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
                 if line.startswith("model name")), platform.processor())
     return {"hostname": socket.gethostname(), "kernel": platform.release(), "python": platform.python_version(),
-            "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": version("gctestbed"),
-            "cpu": cpu, "cpus": os.cpu_count()}
+            "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": __version__,
+            "gctestbed_path": os.path.dirname(os.path.abspath(__file__)), "cpu": cpu, "cpus": os.cpu_count()}
 
 
 def _read(path: str) -> str:

@@ -1,13 +1,20 @@
 """Topology TOML files (docs/topologies.md) read into a TopologySpec.
 
+``--topology`` takes a file's path, or the name of one shipped with the package
+(``gctestbed/topologies/``: ``two-racks``, ``straggler``, ...), so an installed gctestbed reaches
+them from any directory. The name ``star`` is the network a run builds without ``--topology``:
+``--nodes`` nodes on their own ``--bw``/``--latency`` cables to one switch.
+
 Every value is parsed with the same unit rules as the command line, and a mistake is reported
 with the file, the line and the field it sits on, so a user can go straight to it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 from .spec import (Direction, Hop, NodeAttach, SpecError, TopologySpec, Trunk, parse_duration, parse_percent,
@@ -25,8 +32,30 @@ class _Located(Exception):
         self.table, self.index, self.key, self.message = table, index, key, message
 
 
+BUILT_IN_DIR = Path(__file__).resolve().parent / "topologies"
+STAR = "star"           # no file: the command line's own star (TopologySpec.star)
+
+
+def built_in() -> list[str]:
+    """The names ``--topology`` knows: ``star`` and the topology files shipped with gctestbed."""
+    return sorted([STAR] + [p.stem for p in BUILT_IN_DIR.glob("*.toml")])
+
+
+def locate(name_or_path: str) -> str | None:
+    """The file ``--topology`` means: an existing path as given, else a shipped topology's file;
+    None for ``star``, which the flags describe."""
+    if os.path.exists(name_or_path) or os.sep in name_or_path or name_or_path.endswith(".toml"):
+        return name_or_path
+    if name_or_path == STAR:
+        return None
+    if name_or_path in built_in():
+        return str(BUILT_IN_DIR / f"{name_or_path}.toml")
+    raise SpecError(f"--topology {name_or_path!r} is neither a file nor a shipped topology: give a TOML file's path "
+                    f"or one of {', '.join(built_in())}.")
+
+
 def load(path: str) -> TopologySpec:
-    """Read ``path``; any mistake becomes one SpecError naming file, line and field."""
+    """Read a topology file; any mistake becomes one SpecError naming file, line and field."""
     try:
         with open(path, "rb") as f:
             raw = f.read()

@@ -12,7 +12,7 @@ from gctestbed.net import measure, topology
 from gctestbed.spec import LinkSpec, TopologySpec
 
 pytestmark = pytest.mark.root
-TOPOLOGIES = pathlib.Path(__file__).resolve().parent.parent / "topologies"
+TOPOLOGIES = pathlib.Path(__file__).resolve().parent.parent / "gctestbed" / "topologies"
 
 
 def build(ledger, topo, impl="auto"):

@@ -6,14 +6,14 @@ import pathlib
 
 import pytest
 
-from gctestbed import topofile
-from gctestbed.spec import SpecError
+from gctestbed import flags, topofile
+from gctestbed.spec import SpecError, TopologySpec
 
-TOPOLOGIES = pathlib.Path(__file__).resolve().parent.parent / "topologies"
+TOPOLOGIES = pathlib.Path(__file__).resolve().parent.parent / "gctestbed" / "topologies"
 
 
 @pytest.mark.parametrize("name, nodes, switches, one_way_s, bottleneck_bps", [
-    ("star", 4, ["s0"], 0.0005, 1_000_000_000),
+    ("star4", 4, ["s0"], 0.0005, 1_000_000_000),
     ("two-racks", 8, ["rack0", "rack1"], 0.0002, 1_000_000_000),
     ("straggler", 4, ["s0"], 0.00225, 100_000_000),
     ("two-sites", 4, ["east", "west"], 0.0102, 200_000_000),
@@ -72,3 +72,19 @@ def test_cli_rejects_a_bad_topology_with_exit_2(tmp_path):
     f.write_text('[[nodes]]\nbw = "fast"\n')
     result = CliRunner().invoke(main, ["run", "--topology", str(f), "--results", str(tmp_path)])
     assert result.exit_code == 2 and "line 2, nodes[0].bw" in result.output and "Traceback" not in result.output
+
+
+def test_shipped_topologies_by_name(tmp_path, monkeypatch):
+    """``--topology NAME`` finds a shipped file from any directory; ``star`` is the flags' own star;
+    a path that exists wins over a name; an unknown name lists the names."""
+    monkeypatch.chdir(tmp_path)
+    assert topofile.locate("two-racks") == str(TOPOLOGIES / "two-racks.toml")
+    assert topofile.locate("star") is None
+    spec = flags.build_spec(nodes="3", bw="100mbit", latency="5ms", compressor="none", workload="mlp", steps="2",
+                            batch_size="8", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s", results_dir="r",
+                            topology_file="star")
+    assert spec.topology is None and spec.network() == TopologySpec.star(3, spec.link)
+    (tmp_path / "straggler").write_text((TOPOLOGIES / "two-sites.toml").read_text())
+    assert topofile.locate("straggler") == "straggler"
+    with pytest.raises(SpecError, match="neither a file nor a shipped topology.*star, star4, straggler, two-racks"):
+        topofile.locate("three-racks")

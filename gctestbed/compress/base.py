@@ -119,7 +119,7 @@ class Compressor:
     momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
     microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
     rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
-    has_kernels: ClassVar[bool] = False       # some hot path has a native kernel (kernels/): load them
+    has_kernels: ClassVar[bool] = False       # some hot path has a native kernel (native/): load them
     fused_feedback: ClassVar[bool] = False    # encode_feedback updates a residual in the same pass (native)
     ops: Any = None                           # torch.ops.gctestbed when native kernels are chosen and built
 

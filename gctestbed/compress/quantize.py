@@ -8,7 +8,7 @@
 - ``qsgd``: per chunk of ``bucket_size`` elements, the L2 norm (fp32) and each element's sign and
   stochastically rounded level in 0..s: unbiased. Codes take 1 + ceil(log2(s+1)) bits, packed in
   the next width of 2, 4 or 8. The rounding noise is a counter-based hash of (key, element), the
-  same on every device and thread count (kernels/ops.h, hash32). A chunk holding NaN or Inf is
+  same on every device and thread count (native/ops.h, hash32). A chunk holding NaN or Inf is
   sent with level 0 and its non-finite norm, so it decodes to NaN: visible, not silently finite.
 - ``terngrad``: each rank clips its gradient to ``clip`` standard deviations (the paper's gradient
   clipping, which keeps one outlier from setting the scale), the ranks agree on one scale (the
@@ -137,7 +137,7 @@ def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
 
 def uniform24(key: int, n: int, device=None) -> torch.Tensor:
     """n draws in [0, 1) with 24 random bits from the counter-based hash of (key, i), i < n: the
-    same numbers the native kernels draw (kernels/ops.h, hash32 and uniform24)."""
+    same numbers the native kernels draw (native/ops.h, hash32 and uniform24)."""
     x = _mul32(torch.arange(n, dtype=torch.int64, device=device) & 0xFFFFFFFF, 0x9E3779B1) ^ key
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)

@@ -5,7 +5,9 @@ torchrun's c10d rendezvous at node0 and runs the worker, so the compose file and
 one path. NCCL is kept on the shaped interface: sockets only (NCCL_NET=Socket, IB, P2P and SHM
 off) and a distinct NCCL_HOSTID per node, so two containers on one machine cannot talk through
 shared memory or NVLink around the shaper. BW, LATENCY, COMPRESSOR, WORKLOAD, STEPS and NODES come
-from the environment. Two profiles: ``gpu`` (NCCL, one GPU per node) and ``cpu`` (Gloo).
+from the environment. Two profiles: ``gpu`` (NCCL, one GPU per node) and ``cpu`` (Gloo). The
+services run the ``gctestbed-node`` image that ``gctestbed image build [--gpu]`` makes, so the file
+works from any directory, not only a source tree.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ def _service(rank: int, nodes: int, gpu: bool, gpu_id: str | None) -> dict[str, 
            "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_HOSTID": f"gctestbed-node{rank}"}
     service: dict[str, Any] = {
         "image": f"gctestbed-node:{'gpu' if gpu else 'cpu'}",
-        "build": {"context": ".", "dockerfile": f"docker/Dockerfile.{'gpu' if gpu else 'cpu'}"},
         "profiles": ["gpu" if gpu else "cpu"],
         "hostname": f"node{rank}",
         "cap_add": ["NET_ADMIN"],

@@ -1,6 +1,6 @@
 """The userspace delay line: latency, jitter and loss on kernels without netem.
 
-One compiled relay (kernels/net/delayline.cpp) serves every cable of a network: it owns each
+One compiled relay (native/net/delayline.cpp) serves every cable of a network: it owns each
 cable's two TAP devices, one in each namespace the cable joins, and moves frames between them
 through a timestamped FIFO per direction. Packets stay in the kernel's TCP at both ends, so
 senders see the real round trip (a proxy would hide it). The kernel's htb on each TAP still

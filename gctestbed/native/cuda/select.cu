@@ -1,6 +1,6 @@
 // Selection for DGC on the GPU: the momentum-corrected accumulation, and the ordered compaction
 // of |v| >= threshold (masks and per-block counts, a scan, ordered writes). The sampled threshold
-// and the exact trim run as ATen ops on the device (kernels/bindings.cpp).
+// and the exact trim run as ATen ops on the device (native/bindings.cpp).
 #include "common.cuh"
 
 namespace gct::cuda {
