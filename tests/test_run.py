@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from helpers import SMALL, gctestbed, leftovers, show
@@ -51,18 +53,16 @@ def test_loss_falls_on_the_teacher_task(tmp_path, state_dir):
 
 
 def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
-    from gctestbed.launch.state import RunState
-    from gctestbed.net import namespaces, probe
-    st = RunState.create()
-    try:
-        st.add("netns", name=f"gct-{st.run_id}-probe")
-        namespaces.create(f"gct-{st.run_id}-probe")
-        has_netem = probe.qdisc_available(f"gct-{st.run_id}-probe", "netem", st.add)
-    finally:
-        assert st.undo() == []
-    if has_netem:
-        pytest.skip("this kernel has netem, so --latency-impl netem is not refused")
-    proc = gctestbed("run", "--latency", "5ms", "--latency-impl", "netem", "--results", str(tmp_path))
-    assert proc.returncode == 2
-    assert "netem" in proc.stderr and "Traceback" not in proc.stderr
+    """The run's probe is told this kernel has no netem (a sitecustomize in the CLI's process), so
+    the refusal is tested on every kernel, with netem or without."""
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(
+        "from gctestbed.net import probe\n"
+        "_real = probe.qdisc_available\n"
+        "probe.qdisc_available = lambda ns, kind, record: False if kind == 'netem' else _real(ns, kind, record)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plant), os.environ.get("PYTHONPATH", "")])}
+    proc = gctestbed("run", "--latency", "5ms", "--latency-impl", "netem", "--results", str(tmp_path / "r"), env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "no netem qdisc" in proc.stderr and "Traceback" not in proc.stderr
     assert list(state_dir.iterdir()) == [state_dir / ".lock"]
