@@ -42,7 +42,6 @@ class StepRecorder:
     def _forward(self, module, inputs) -> None:
         self._record()
         self.step += 1
-        self.comm.step = self.step
         self.started, self.counters = now(), nic_bytes(self.ifname)
 
     def _record(self) -> None:

@@ -21,7 +21,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import compress, workloads
 from .compress import hook
-from .compress.variance import SampleStats
 from . import results
 from .results import Recorder
 from .spec import RunSpec
@@ -84,8 +83,6 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 device_ids=[device.index] if device.type == "cuda" else None)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     comm = hook.install(model, compressor, serial=serial)
-    if compressor.microbatches > 1:
-        compressor.sample_stats = SampleStats(model)
     # a method that applies momentum itself (DGC's momentum correction, Signum) gets plain SGD
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.0 if compressor.momentum_inside else 0.9)
     recorder = Recorder(spec.results_dir, spec.run_id)
@@ -94,7 +91,6 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
         tx, rx = nic_bytes(ifname)
         laps = Laps()
-        comm.step = step
         try:
             loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
             sync()

@@ -20,7 +20,6 @@ from gctestbed import compress
 from gctestbed.compress import hook
 from gctestbed.compress.base import Bucket
 from gctestbed.compress.memory import Memory
-from gctestbed.compress.variance import SampleStats
 from gctestbed.worker import forward_backward
 
 N = 48          # a and b are N x N: 2304 elements each, above the dense floor
@@ -66,8 +65,6 @@ def train(method: str, order: tuple[str, str]):
     compressor = compress.create(name, options, kernels="torch")
     state = hook.install(ddp, compressor)
     state.dense_floor = 0
-    if compressor.microbatches > 1:
-        compressor.sample_stats = SampleStats(ddp)
     names = {id(p): n for n, p in model.named_parameters()}
     layouts: list[list[list[str]]] = []
     encode = compressor.encode
@@ -80,12 +77,12 @@ def train(method: str, order: tuple[str, str]):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.5, momentum=0.0 if compressor.momentum_inside else 0.9)
     gen = torch.Generator().manual_seed(3)
     for step in range(STEPS):
-        state.step = step
         layouts.append([])
         x, y = torch.randn(32, N, generator=gen), torch.randn(32, N, generator=gen)
         forward_backward(ddp, lambda out, t: (out - t).square().mean(), x, y, compressor.microbatches)
         optimizer.step()
         optimizer.zero_grad()
+        assert state.take_step_stats()["buckets"] == 1 and state.step == step + 1   # the hook numbers its steps
     return {n: p.detach().clone() for n, p in model.named_parameters()}, layouts, compressor
 
 

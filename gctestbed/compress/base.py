@@ -126,6 +126,10 @@ class Compressor:
     def __init__(self, **options: Any):
         self.options = self.Options(**options)
 
+    def attach(self, model: torch.nn.Module) -> None:
+        """Called once with the DDP model before training, for a method that needs more than its
+        buckets (variance: per-micro-batch statistics of every parameter). Most need nothing."""
+
     def native(self, tensor: torch.Tensor) -> Any:
         """The native kernels if they were chosen and run on ``tensor``'s device, else None."""
         return self.ops if kernels.supports(self.ops, tensor) else None

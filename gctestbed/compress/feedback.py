@@ -26,6 +26,9 @@ class ErrorFeedback(Compressor):
                      "has_kernels", "ops"):
             setattr(self, attr, getattr(inner, attr))
 
+    def attach(self, model: torch.nn.Module) -> None:
+        self.inner.attach(model)
+
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         residual = self.residuals.bucket(bucket, grad)
         if self.inner.fused_feedback and self.inner.native(grad) is not None:

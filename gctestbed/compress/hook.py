@@ -48,7 +48,8 @@ class HookState:
     """A compressor, the process group it talks over, the step, and the counters of a step.
 
     Decoding runs on the communication thread when a collective completes, so the counters are
-    guarded by a lock. The worker sets ``step`` before each step's backward.
+    guarded by a lock. ``step`` counts the steps closed by ``take_step_stats``: the caller that
+    records a step closes it, and the hook numbers the next one itself.
     """
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
@@ -104,6 +105,7 @@ class HookState:
             stats["tail_tx_bytes"] = (sum(ex["expected_tx_bytes"] for ex in exchanges if ex["bucket"] == tail)
                                       if exchanges else None)
             self._reset()
+            self.step += 1
         return stats
 
     def exchange_pending(self) -> None:
@@ -250,5 +252,6 @@ def install(model: DistributedDataParallel, compressor: Compressor,
         raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
     state = HookState(compressor, process_group, serial=serial,
                       names={id(p): name for name, p in model.named_parameters()})
+    compressor.attach(model)
     model.register_comm_hook(state, compression_hook)
     return state

@@ -102,15 +102,20 @@ class Variance(Compressor):
     def __init__(self, **options):
         super().__init__(**options)
         self.microbatches = self.options.microbatches
-        self.sample_stats: SampleStats | None = None     # installed by the worker
+        self.sample_stats: SampleStats | None = None     # made by attach
         self.r = Memory()          # accumulated gradient, per parameter
         self.v = Memory()          # accumulated variance
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Gather each parameter's per-micro-batch squares (the training loop runs ``microbatches``
+        backward passes a step)."""
+        self.sample_stats = SampleStats(model)
 
     def _step_variance(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
         """Variance of this step's mean gradient, in the units of ``grad`` (already / world)."""
         m = self.options.microbatches
         if self.sample_stats is None:
-            raise RuntimeError("variance needs per-micro-batch statistics: the worker installs SampleStats")
+            raise RuntimeError("variance needs per-micro-batch statistics: attach(model) gathers them")
         squares = self.sample_stats.take(bucket.params)          # sum_j (g_j / m)^2, local units
         raw = grad * bucket.world                                # sum_j g_j / m = the local mean gradient
         var_mb = (m * m * squares - m * raw * raw).clamp_min(0) / (m - 1)
@@ -123,7 +128,7 @@ class Variance(Compressor):
         r, v = self.r.bucket(bucket, grad), self.v.bucket(bucket, grad)
         if (ops := self.native(grad)) is not None:
             if self.sample_stats is None:
-                raise RuntimeError("variance needs per-micro-batch statistics: the worker installs SampleStats")
+                raise RuntimeError("variance needs per-micro-batch statistics: attach(model) gathers them")
             o = self.options
             idx, codes, scale = ops.variance_encode(grad, self.sample_stats.take(bucket.params), r, v, o.alpha, o.zeta,
                                                     getattr(o, "tau", 0.0), o.microbatches, bucket.world,
