@@ -56,19 +56,20 @@ def network_options(f):
 
 
 _NETWORK_OPTIONS = [
-    click.option("--nodes", default="2", show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}."),
-    click.option("--bw", default="1gbit", show_default=True,
+    click.option("--nodes", default=flags.DEFAULTS["nodes"], show_default=True, help=f"Number of nodes, 1 to {MAX_NODES}."),
+    click.option("--bw", default=flags.DEFAULTS["bw"], show_default=True,
                  help="Link rate of every node (upload, and download unless --bw-down), in tc's units: bit, kbit, "
                       "mbit, gbit, tbit are BITS per second; bps, kbps, mbps, gbps are BYTES per second "
                       "(so 100mbps = 800mbit)."),
     click.option("--bw-down", default=None, help="Download rate of every node, if it differs from --bw (same units)."),
-    click.option("--latency", default="0", show_default=True,
+    click.option("--latency", default=flags.DEFAULTS["latency"], show_default=True,
                  help="One-way delay between any two nodes, in us, ms or s: the round trip is twice this, however "
                       "the topology splits it across hops."),
-    click.option("--jitter", default="0", show_default=True,
+    click.option("--jitter", default=flags.DEFAULTS["jitter"], show_default=True,
                  help="Random variation of that one-way delay (uniform, +/-), never reordering packets."),
-    click.option("--loss", default="0", show_default=True, help="Packet loss between two nodes, in percent (e.g. 0.5%)."),
-    click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default="auto", show_default=True,
+    click.option("--loss", default=flags.DEFAULTS["loss"], show_default=True, help="Packet loss between two nodes, in percent (e.g. 0.5%)."),
+    click.option("--latency-impl", type=click.Choice(["auto", "netem", "delayline"]), default=flags.DEFAULTS["latency_impl"],
+                 show_default=True,
                  help="How delay, jitter and loss are made: the kernel's netem, or gctestbed's userspace delay line "
                       "on TAP devices (for kernels without netem); auto prefers netem."),
     click.option("--topology", "topology_file", default=None, metavar="FILE|NAME",
@@ -78,37 +79,49 @@ _NETWORK_OPTIONS = [
 ]
 
 
+def training_options(f):
+    """The flags that describe the training job, shared by run and node (same names, same defaults)."""
+    for option in reversed(_TRAINING_OPTIONS):
+        f = option(f)
+    return f
+
+
+_TRAINING_OPTIONS = [
+    click.option("--compressor", default=flags.DEFAULTS["compressor"], show_default=True,
+                 help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them)."),
+    click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default=flags.DEFAULTS["kernels"], show_default=True,
+                 help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference."),
+    click.option("--workload", default=flags.DEFAULTS["workload"], show_default=True,
+                 help="Built-in workload and options (mlp, cnn, lstm, transformer; e.g. mlp:width=512,depth=3), or your "
+                      "own as pkg.module:function, called as function(rank, world, batch_size, seed) and returning "
+                      "(model, batches, loss_fn[, evaluate])."),
+    click.option("--mode", type=click.Choice(TIMING_MODES), default=flags.DEFAULTS["mode"], show_default=True,
+                 help="overlap: communicate in DDP's hook during backward (production); serial: after backward, "
+                      "compress, communicate, decompress, each phase timed."),
+    click.option("--steps", default=flags.DEFAULTS["steps"], show_default=True, help="Training steps (with -- CMD: the steps expected, for progress)."),
+    click.option("--batch-size", default=flags.DEFAULTS["batch_size"], show_default=True, help="Samples per node per step."),
+    click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="SGD learning rate (momentum 0.9)."),
+    click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of the model, the teacher and the data."),
+    click.option("--bucket-cap-mb", default=flags.DEFAULTS["bucket_cap_mb"], show_default=True, help="DDP bucket size in MB."),
+    click.option("--timeout", default=flags.DEFAULTS["timeout"], show_default=True,
+                 help="Collective timeout: a node silent this long fails the run (and is named as hung)."),
+    click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store)."),
+]
+
+
 @main.command(context_settings={"allow_interspersed_args": False})
 @network_options
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Measure every link before training and stop if one misses its target by more than 10 %.")
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses (the run is marked as such).")
-@click.option("--compressor", default="none", show_default=True,
-              help="Method and options, e.g. fp16 or NAME:key=value,... ('gctestbed compressors' lists them).")
-@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
-              help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference.")
-@click.option("--workload", default="mlp", show_default=True,
-              help="Built-in workload and options (mlp, cnn, lstm, transformer; e.g. mlp:width=512,depth=3), or your "
-                   "own as pkg.module:function, called as function(rank, world, batch_size, seed) and returning "
-                   "(model, batches, loss_fn[, evaluate]).")
-@click.option("--mode", type=click.Choice(TIMING_MODES), default="overlap", show_default=True,
-              help="overlap: communicate in DDP's hook during backward (production); serial: after backward, "
-                   "compress, communicate, decompress, each phase timed.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True,
+@training_options
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
               help="netns: nodes are network namespaces on this host; docker: containers of the gctestbed-node "
                    "image ('gctestbed image build'), shaped the same way.")
-@click.option("--steps", default="20", show_default=True, help="Training steps (with -- CMD: the steps expected, for progress).")
-@click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
-@click.option("--lr", default="0.05", show_default=True, help="SGD learning rate (momentum 0.9).")
-@click.option("--seed", default="0", show_default=True, help="Seed of the model, the teacher and the data.")
-@click.option("--bucket-cap-mb", default="25", show_default=True, help="DDP bucket size in MB.")
-@click.option("--timeout", default="300s", show_default=True,
-              help="Collective timeout: a node silent this long fails the run (and is named as hung).")
 @click.option("--fault", "faults", multiple=True, metavar="FAULT",
               help="Break a node's link mid-run, counted from the first step (repeatable): "
                    "link-down:node=1,at=10s,for=2s takes both ends of its cable down; "
                    "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
         kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, faults, results_dir,
@@ -138,8 +151,8 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
 
         try:
             summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
-        except runner.Interrupted:
-            console.print(f"interrupted: run {spec.run_id} torn down and recorded as failed")
+        except runner.Interrupted as e:
+            console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
             sys.exit(130)
     _print_summary(summary)
     if summary["status"] != "ok":
@@ -169,19 +182,19 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
 @click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
 @click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
-@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default="native", show_default=True,
-              help="Compressor kernels, as for run.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True,
+@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default=flags.DEFAULTS["kernels"],
+              show_default=True, help="Compressor kernels, as for run.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
               help="Where the nodes run, as for run.")
-@click.option("--lr", default="0.05", show_default=True, help="SGD learning rate.")
-@click.option("--seed", default="0", show_default=True, help="Seed of model and data.")
+@click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="SGD learning rate.")
+@click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of model and data.")
 @click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
               help="Calibrate links: at the first cell of each link setting, before every cell, or never.")
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses.")
 @click.option("--name", default=None, help="Sweep name (default: derived from the grid, so the same command resumes).")
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory (one SQLite store).")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
@@ -189,8 +202,7 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed,
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
                   results_dir=results_dir)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
-        axes={"workload": ["mlp"], "batch_size": ["32"], "nodes": ["2"], "latency": ["0"], "bw": ["1gbit"],
-              "compressor": ["none"], "mode": ["overlap"]}, **shared)
+        axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
     for axis, given in axes.items():
         if given:
             grid.axes[axis] = _axis_values(axis, given)
@@ -229,7 +241,7 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed,
 
 
 @main.command()
-@click.argument("results_dir", default="results", required=False)
+@click.argument("results_dir", default=flags.DEFAULTS["results_dir"], required=False)
 @click.option("--out", default=None, help="Where to write the PNGs, report.html, cells.csv and report.json "
                                           "(default: RESULTS/report).")
 @click.option("--sweep", "sweep_name", default=None, help="Only this sweep's cells (default: every sweep in the store).")
@@ -274,7 +286,7 @@ def report(results_dir, out, sweep_name, as_json):
 @click.argument("run_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--all", "show_all", is_flag=True, help="Summarise every stored run.")
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
 def show(run_id, as_json, show_all, results_dir):
     """Summarise a run (the latest when RUN_ID is omitted; a prefix of the id is enough)."""
     conn = results.connect(results_dir, create=False)
@@ -302,9 +314,7 @@ def clean():
 
 def _network_spec(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file) -> RunSpec:
     return flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                            latency_impl=latency_impl, topology_file=topology_file, compressor="none", workload="mlp",
-                            steps="1", batch_size="1", lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
-                            results_dir="results")
+                            latency_impl=latency_impl, topology_file=topology_file)
 
 
 @main.command()
@@ -368,7 +378,7 @@ def down(name, force):
 @click.option("--tool", type=click.Choice(["auto", "iperf3", "builtin"]), default="auto", show_default=True,
               help="Throughput tool: iperf3 when installed, else the built-in TCP probe.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
 def calibrate_(name, seconds, tool, as_json, results_dir, **network):
     """Measure throughput and RTT of every path of cluster NAME, or of a cluster built from the flags."""
     if name:
@@ -623,30 +633,31 @@ def unshape(dev):
 @click.option("--nnodes", required=True, help="How many nodes join.")
 @click.option("--dev", default=None, help="This host's interface to shape and to pin Gloo/NCCL to (e.g. eth0).")
 @click.option("--bw", default=None, help="Shape --dev's egress to this rate (tc units); omitted: no shaping.")
-@click.option("--latency", default="0", show_default=True, help="One-way delay added on --dev (needs netem).")
+@click.option("--latency", default=flags.DEFAULTS["latency"], show_default=True,
+              help="One-way delay added on --dev's egress (needs netem), so a round trip between two such hosts is "
+                   "twice this.")
+@click.option("--jitter", default=flags.DEFAULTS["jitter"], show_default=True, help="Delay variation on --dev (needs netem).")
+@click.option("--loss", default=flags.DEFAULTS["loss"], show_default=True, help="Packet loss on --dev, in percent (needs netem).")
 @click.option("--force", is_flag=True, help="Replace a qdisc on --dev that gctestbed did not make (put back at exit).")
-@click.option("--compressor", default="none", show_default=True, help="As for run.")
-@click.option("--workload", default="mlp", show_default=True, help="As for run.")
-@click.option("--steps", default="20", show_default=True, help="Training steps.")
-@click.option("--batch-size", default="32", show_default=True, help="Samples per node per step.")
-@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+@training_options
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=flags.DEFAULTS["backend"], show_default=True,
               help="nccl needs --device cuda; it is kept on --dev by socket transport.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="Where tensors live.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=flags.DEFAULTS["device"], show_default=True,
+              help="Where tensors live.")
 @click.option("--run-id", default=None, help="The run's id, the same on every host (default: from --rdzv).")
-@click.option("--results", "results_dir", default="results", show_default=True, help="This host's results directory.")
-def node_(rdzv, nnodes, dev, bw, latency, force, compressor, workload, steps, batch_size, backend, device, run_id,
-          results_dir):
-    """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md)."""
+def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, compressor, kernel_mode, workload, mode, steps, batch_size,
+          lr, seed, bucket_cap_mb, timeout, results_dir, backend, device, run_id):
+    """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md).
+    The training flags and their defaults are run's."""
     from .launch import hosts
-    spec = flags.build_spec(nodes=nnodes, bw=bw or "1gbit", latency=latency, compressor=compressor, workload=workload,
-                            steps=steps, batch_size=batch_size, lr="0.05", seed="0", bucket_cap_mb="25", timeout="300s",
-                            results_dir=results_dir, calibrate=False)
-    spec.backend, spec.device = backend, device
-    spec.validate()
-    spec.run_id = run_id or hosts.default_run_id(rdzv)
     if bw and not dev:
         raise SpecError("--bw shapes an interface: name it with --dev.")
-    status = hosts.run_node(spec, rdzv, spec.nodes, dev, shape=bool(bw), force=force)
+    spec = flags.build_spec(nodes=nnodes, bw=bw or flags.DEFAULTS["bw"], latency=latency, jitter=jitter, loss=loss,
+                            compressor=compressor, kernels=kernel_mode, workload=workload, mode=mode, steps=steps,
+                            batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
+                            results_dir=results_dir, calibrate=False, backend=backend, device=device,
+                            run_id=run_id or hosts.default_run_id(rdzv))
+    status = hosts.run_node(spec, rdzv, dev, shape=bool(bw), force=force)
     click.echo(f"node of run {spec.run_id}: torchrun exited with {status}" + ("" if dev is None or not bw else f"; {dev} unshaped"))
     sys.exit(0 if status == 0 else 1)
 

@@ -7,14 +7,38 @@ naming the accepted forms.
 from __future__ import annotations
 
 from . import compress, topofile, workloads
-from .spec import (LinkSpec, RunSpec, SpecError, parse_choice, parse_duration, parse_fault, parse_percent, parse_rate,
-                   resolve_options)
+from .spec import (LinkSpec, RunSpec, SpecError, format_duration, parse_choice, parse_duration, parse_fault,
+                   parse_percent, parse_rate, resolve_options)
 
 
-def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, lr, seed, bucket_cap_mb, timeout,
-               results_dir, bw_down=None, jitter="0", loss="0", latency_impl="auto", topology_file=None,
-               calibrate=True, accept_miss=False, kernels="native", mode="overlap", command=(),
-               launcher="netns", faults=()) -> RunSpec:
+def _typed(name: str) -> str:
+    """RunSpec's default of ``name`` as a user would type it."""
+    value = RunSpec.default(name)
+    if name == "timeout_s":
+        return format_duration(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# Every default a flag has, as typed: the network's here (a RunSpec always has its nodes and
+# link), the rest read from RunSpec's fields. run, node, sweep, up and calibrate all read these.
+DEFAULTS: dict[str, str] = {
+    "nodes": "2", "bw": "1gbit", "latency": "0", "jitter": "0", "loss": "0",
+    **{flag: _typed(field) for flag, field in (
+        ("latency_impl", "latency_impl"), ("compressor", "compressor"), ("workload", "workload"), ("steps", "steps"),
+        ("batch_size", "batch_size"), ("lr", "lr"), ("seed", "seed"), ("bucket_cap_mb", "bucket_cap_mb"),
+        ("timeout", "timeout_s"), ("results_dir", "results_dir"), ("kernels", "kernels"), ("mode", "mode"),
+        ("launcher", "launcher"), ("backend", "backend"), ("device", "device"))},
+}
+
+
+def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["latency"],
+               compressor=DEFAULTS["compressor"], workload=DEFAULTS["workload"], steps=DEFAULTS["steps"],
+               batch_size=DEFAULTS["batch_size"], lr=DEFAULTS["lr"], seed=DEFAULTS["seed"],
+               bucket_cap_mb=DEFAULTS["bucket_cap_mb"], timeout=DEFAULTS["timeout"], results_dir=DEFAULTS["results_dir"],
+               bw_down=None, jitter=DEFAULTS["jitter"], loss=DEFAULTS["loss"], latency_impl=DEFAULTS["latency_impl"],
+               topology_file=None, calibrate=True, accept_miss=False, kernels=DEFAULTS["kernels"],
+               mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
+               backend=DEFAULTS["backend"], device=DEFAULTS["device"], run_id="") -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     if not command:
@@ -39,7 +63,8 @@ def build_spec(*, nodes, bw, latency, compressor, workload, steps, batch_size, l
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
                    seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
-                   mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults])
+                   mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults],
+                   backend=backend, device=device, run_id=run_id)
     spec.validate()
     return spec
 

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import signal
-import socket
 import sys
 import time
-from importlib import metadata
 from typing import Callable, Iterator
 
 import psutil
 
-from . import __version__, compress, kernels, results, userscript
+from . import results, userscript
 from .launch import nodeenv
 from .launch import state as ledger
-from .net import calibrate
-from .launch.netns import NetnsCluster, Node
 from .launch.faultplan import FaultPlan
+from .launch.netns import NetnsCluster
+from .launch.protocol import Launcher, Node
+from .session import Session, read_text, resolve
 from .spec import RunSpec, format_duration
 
 Progress = Callable[[int, int, dict], None]
@@ -35,33 +33,15 @@ HUNG_GRACE_S = 3.0      # after a collective timed out, how long the other nodes
 
 
 class Interrupted(Exception):
-    """The run was stopped by SIGINT or SIGTERM; the cluster has been torn down."""
+    """The run was stopped by SIGINT or SIGTERM; the cluster has been torn down. ``run_id``: the
+    run's, once it had one."""
 
-
-def environment() -> dict:
-    """What the run ran on, so a stored run can be reproduced and compared."""
-    def version(pkg: str) -> str | None:
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return None
-    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"hostname": socket.gethostname(), "kernel": platform.release(), "python": platform.python_version(),
-            "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": __version__,
-            "gctestbed_path": os.path.dirname(os.path.abspath(__file__)), "cpu": cpu, "cpus": os.cpu_count()}
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
+    run_id: str | None = None
 
 
 def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> dict:
-    """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted on Ctrl-C."""
+    """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted (carrying
+    the run id) on Ctrl-C."""
     launcher = cluster_class(spec)
     launcher.check_host()
     results.check_writable(spec.results_dir)        # a full, locked or damaged store stops us before anything is built
@@ -69,69 +49,55 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
         import torch
         nodeenv.check_nccl(spec.nodes, torch.cuda.device_count())
     state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
-    spec.run_id = state.run_id
-    run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
-    cluster = launcher(spec, state)
-    recorder = None
+    session = None
     status, error = "failed", None
+    cluster = None
     try:
         with _signals_raise():
-            if spec.kernels == "native":                    # record what runs: the reference where the
-                wanted = compress.get(spec.compressor).has_kernels   # method has none or they cannot be built
-                if wanted:
-                    on_phase("building native kernels")
-                if not wanted or kernels.load("native") is None:
-                    spec.kernels = "torch"
+            spec = resolve(spec, state.run_id, on_phase)
+            cluster = launcher(spec, state)
+            session = Session(spec)
             on_phase("building the network")
             nodes = cluster.up()
-            os.makedirs(run_dir, exist_ok=True)
-            os.chmod(run_dir, 0o700)                 # its spec and node logs: the owner's, like the store
-            spec_path = os.path.join(run_dir, "spec.json")
-            with open(spec_path, "w") as f:
-                f.write(spec.to_json())
-            recorder = results.Recorder(spec.results_dir, spec.run_id)
-            recorder.start_run(spec, {**environment(), "launcher": cluster.launcher, "shaping": cluster.describe()})
+            recorder = session.start(cluster.launcher, cluster.describe())
             if spec.calibrate and spec.nodes > 1:
                 on_phase("calibrating links")
-                error = _calibrate(spec, cluster, recorder)
+                error = session.calibrate(cluster.calibrate)
             if error is None:
                 on_phase("starting nodes")
                 procs = {}
-                argv = spec.command or [sys.executable, "-m", "gctestbed.worker", spec_path]
+                argv = spec.command or [sys.executable, "-m", "gctestbed.worker", session.spec_path]
                 for node in nodes:
                     recorder.node(node.rank, name=node.name, address=node.address)
-                    procs[node.rank] = cluster.spawn(node, argv, os.path.join(run_dir, f"node{node.rank}.log"),
-                                                     {userscript.SPEC_ENV: spec_path})
-                error = _supervise(procs, nodes, recorder, spec, run_dir, on_progress, cluster)
+                    procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
+                                                     {userscript.SPEC_ENV: session.spec_path})
+                error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster)
             status = "ok" if error is None else "failed"
-    except Interrupted:
-        error = f"interrupted by the user{_at_step(recorder, spec)}"
+    except Interrupted as e:
+        error = f"interrupted by the user{_at_step(session.recorder if session else None, spec)}"
+        e.run_id = state.run_id
         raise
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
         with _signals_ignored():
-            if recorder is not None:
-                with contextlib.suppress(Exception):
-                    recorder.update_environment(qdisc_stats=cluster.final_counters())
-            problems = cluster.down()
+            counters = cluster.final_counters if cluster is not None else dict
+            problems = cluster.down() if cluster is not None else state.undo()
             if problems:
                 error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)
                 status = "failed"
-            if recorder is not None:
+            if session is not None:
                 try:
-                    recorder.finish_run(status, error)
+                    session.finish(status, error, counters)
                 except results.StoreError:       # disk full, locked: keep the outcome for 'gctestbed clean'
                     state.objects = []
                     state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})
                     raise
-    summary = results.summarize(recorder.conn, results.find_run(recorder.conn, spec.run_id))
-    recorder.close()
-    return summary
+    return session.summary()
 
 
-def cluster_class(spec: RunSpec) -> type[NetnsCluster]:
+def cluster_class(spec: RunSpec) -> type[Launcher]:
     """The launcher a spec asks for."""
     if spec.launcher == "docker":
         from .launch.docker import DockerCluster
@@ -139,20 +105,8 @@ def cluster_class(spec: RunSpec) -> type[NetnsCluster]:
     return NetnsCluster
 
 
-def _calibrate(spec: RunSpec, cluster: NetnsCluster, recorder: results.Recorder) -> str | None:
-    """Measure every path and store it; the error that stops the run when one misses its target."""
-    paths = calibrate.calibrate(spec.network(), cluster.network.nodes)
-    for p in paths:
-        recorder.calibration(p.to_dict())
-    misses = [p.miss for p in paths if p.miss]
-    if misses and not spec.accept_miss:
-        return (f"calibration: {'; '.join(misses)} (more than {calibrate.TOLERANCE:.0%} off: the host may be too slow "
-                "for this rate, or something else shapes these links; --accept-miss runs anyway, --no-calibrate skips)")
-    return None
-
-
 def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
-               on_progress: Progress | None, cluster: NetnsCluster) -> str | None:
+               on_progress: Progress | None, cluster: Launcher) -> str | None:
     """Wait for every worker, applying the run's faults on time; on the first failure stop the
     rest and say which node failed and how. A node that hangs is named too: the others give up
     on it after the collective timeout, and a run of our worker in which no node records a step
@@ -200,7 +154,7 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
     stopped = _stopped(procs, codes)
     if stopped:
         return stopped[0], "stopped responding (its process is stopped: SIGSTOP or a debugger)"
-    tails = {r: _read(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes}
+    tails = {r: read_text(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes}
 
     def standing(r: int) -> int:
         last = next((line for line in reversed(tails[r]) if line.strip()), "")
@@ -219,7 +173,7 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
         while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
             time.sleep(POLL_S)
         codes.update({r: p.poll() for r, p in procs.items()})
-        tails.update({r: _read(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes})
+        tails.update({r: read_text(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes})
         alive = [r for r, c in codes.items() if c is None]
         first = best()
         if alive and standing(first) >= 3:
@@ -252,7 +206,7 @@ def _laggard(recorder: results.Recorder, spec: RunSpec, procs: dict) -> int:
 
 
 def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
-              cluster: NetnsCluster, rank: int, how: str) -> str:
+              cluster: Launcher, rank: int, how: str) -> str:
     """Kill every worker still there, record exit codes, and say what happened to ``rank``."""
     for p in procs.values():
         if p.poll() is None:
@@ -272,7 +226,7 @@ def _exit_text(code: int) -> str:
 
 
 def _log_tail(path: str) -> str:
-    lines = [line.strip() for line in _read(path).splitlines() if line.strip()]
+    lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     return f"; its log ends: {lines[-1][:300]}" if lines else ""
 
 

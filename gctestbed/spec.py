@@ -394,9 +394,11 @@ TIMING_MODES = ("overlap", "serial")
 LAUNCHERS = ("netns", "docker")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSpec:
-    """Everything one run needs, resolved; workers receive it as JSON and nothing else."""
+    """Everything one run needs, resolved; workers receive it as JSON and nothing else. Frozen:
+    flags.build_spec makes it from what was typed, session.resolve fills what only the run can
+    (its id, the kernels that really run) in a copy, and nothing changes it after that."""
 
     nodes: int
     link: LinkSpec
@@ -423,6 +425,18 @@ class RunSpec:
     command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
     faults: list[FaultSpec] = field(default_factory=list)
     run_id: str = ""
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: the one place click, sweep and node read it from."""
+        f = {f.name: f for f in dataclasses.fields(cls)}[name]
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    def replace(self, **changes: Any) -> "RunSpec":
+        """A copy with ``changes``, validated."""
+        spec = dataclasses.replace(self, **changes)
+        spec.validate()
+        return spec
 
     def network(self) -> TopologySpec:
         """The topology this run builds: the given one, or a star of ``nodes`` on ``link``."""

@@ -53,15 +53,15 @@ class Grid:
     axes: dict[str, list[str]]
     steps: int = 8
     repeat: int = 1
-    lr: str = "0.05"
-    seed: str = "0"
-    bucket_cap_mb: str = "25"
-    timeout: str = "300s"
-    kernels: str = "native"
-    launcher: str = "netns"
+    lr: str = flags.DEFAULTS["lr"]
+    seed: str = flags.DEFAULTS["seed"]
+    bucket_cap_mb: str = flags.DEFAULTS["bucket_cap_mb"]
+    timeout: str = flags.DEFAULTS["timeout"]
+    kernels: str = flags.DEFAULTS["kernels"]
+    launcher: str = flags.DEFAULTS["launcher"]
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     accept_miss: bool = False
-    results_dir: str = "results"
+    results_dir: str = flags.DEFAULTS["results_dir"]
 
     def default_name(self) -> str:
         """The same grid always gets the same name, so the same command resumes."""
@@ -89,7 +89,7 @@ def from_preset(name: str, **shared) -> Grid:
         raise SpecError(f"unknown preset '{name}'; available: {', '.join(PRESETS)}.")
     p = PRESETS[name]
     return Grid(axes={k: list(v) for k, v in p["axes"].items()}, steps=p["steps"], repeat=p["repeat"],
-                bucket_cap_mb=p.get("bucket_cap_mb", "25"), **shared)
+                bucket_cap_mb=p.get("bucket_cap_mb", flags.DEFAULTS["bucket_cap_mb"]), **shared)
 
 
 def plan(grid: Grid) -> list[Cell]:
@@ -135,19 +135,19 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
     try:
         for cell in cells:
             current = cell
-            cell.spec.calibrate = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
+            measure = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
-            summary = runner.run(cell.spec)
-            if cell.spec.calibrate and not summary["calibration_missed"]:
+            summary = runner.run(cell.spec.replace(calibrate=measure))
+            if measure and not summary["calibration_missed"]:
                 calibrated.add(cell.link)          # a link that missed is measured again at its next cell
             results.mark_cell(conn, name, cell.key, cell.repeat, summary["status"], summary["run_id"])
             counts[summary["status"]] += 1
             current = None
             on_done(cell, summary)
-    except (runner.Interrupted, KeyboardInterrupt):
+    except (runner.Interrupted, KeyboardInterrupt) as e:
         if current is not None:
-            results.mark_cell(conn, name, current.key, current.repeat, "interrupted", current.spec.run_id or None)
+            results.mark_cell(conn, name, current.key, current.repeat, "interrupted", getattr(e, "run_id", None))
         raise
     finally:
         conn.close()

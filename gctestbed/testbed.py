@@ -22,7 +22,7 @@ def up(spec: RunSpec) -> ledger.RunState:
     """Build the network of ``spec`` and leave it standing; returns its ledger."""
     NetnsCluster.check_host()
     state = ledger.RunState.create()
-    spec.run_id = state.run_id
+    spec = spec.replace(run_id=state.run_id)
     state.update(persistent=True)
     cluster = NetnsCluster(spec, state)
     try:

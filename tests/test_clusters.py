@@ -13,7 +13,7 @@ import yaml
 
 from gctestbed.launch import compose, nodeenv
 from gctestbed.spec import UserError
-from helpers import gctestbed
+from helpers import gctestbed, show
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -77,5 +77,19 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
         assert conn.execute("SELECT rank, COUNT(*) FROM steps GROUP BY rank").fetchall() == [(0, 4), (1, 4)]
         assert conn.execute("SELECT status FROM runs WHERE run_id='job1'").fetchone() == ("ok",)
         assert len({r[0] for r in conn.execute("SELECT param_sha256 FROM nodes")}) == 1
+        hosts = show(tmp_path / "h0", "job1")
     finally:
         assert gctestbed("down", name).returncode == 0
+    # the same job as a netns run: every field it fills, the hosts run fills too (calibration
+    # aside: 'gctestbed node' does not measure its NIC yet)
+    local = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--steps", "4", "--no-calibrate", "--workload",
+                      "mlp:width=256,depth=2,input_dim=64", "--results", str(tmp_path / "netns"))
+    assert local.returncode == 0, local.stderr
+    netns = show(tmp_path / "netns")
+
+    def filled(summary: dict) -> set[str]:
+        return {k for k, v in summary.items() if v not in (None, [], {})}
+    assert filled(netns) - {"calibration"} <= filled(hosts), filled(netns) - filled(hosts)
+    assert set(netns["environment"]) <= set(hosts["environment"])
+    assert hosts["environment"]["launcher"] == "hosts" and hosts["latency_impl"] == "none"
+    assert hosts["environment"]["qdisc_stats"]["qdiscs"]["eth0"]["qdiscs"]

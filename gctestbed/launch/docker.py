@@ -21,9 +21,12 @@ import time
 import psutil
 
 from .. import kernels
-from ..spec import UserError
+from ..spec import RunSpec, UserError
 from . import image
-from .netns import NetnsCluster, Node
+from .netns import NetnsCluster
+from .network import Shaped
+from .protocol import Node
+from .state import RunState
 
 SHM_SIZE = "2g"          # Gloo and DataLoader workers use /dev/shm; docker's default 64 MB is too small
 
@@ -85,10 +88,23 @@ class ContainerProcess:
                     p.send_signal(signal.SIGKILL)
 
 
-class DockerCluster(NetnsCluster):
+class DockerCluster:
     """N containers joined by shaped links; everything created goes through the ledger."""
 
     launcher = "docker"
+
+    def __init__(self, spec: RunSpec, state: RunState):
+        self.spec, self.state = spec, state
+        self.shaped = Shaped(spec, state)
+        self.gpu = spec.device == "cuda"
+        self.client = None
+        self.offline: bool | None = None          # known once the image is inspected in up()
+        self.python = "python"
+        self.containers: dict[int, object] = {}
+
+    @property
+    def network(self):
+        return self.shaped.network
 
     @staticmethod
     def check_host() -> None:
@@ -107,42 +123,56 @@ class DockerCluster(NetnsCluster):
 
     def up(self) -> list[Node]:
         self.check_host()
-        client = image.client()
-        gpu = self.spec.device == "cuda"
-        name = image.tag(gpu)
-        self.offline = image.needs_host_mounts(client, name)
+        self.client = image.client()
+        name = image.tag(self.gpu)
+        self.offline = image.needs_host_mounts(self.client, name)
         os.makedirs(kernels.build_dir(), exist_ok=True)
-        python = sys.executable if self.offline else "python"
-        self.python = python
-        self.containers, pids = {}, {}
+        self.python = sys.executable if self.offline else "python"
+        pids = {}
         for rank in range(self.spec.nodes):
             cname = f"gct-{self.state.run_id}-c{rank}"
             self.state.add("container", name=cname)
             extra = {}
-            if gpu:
+            if self.gpu:
                 import docker
                 extra["device_requests"] = [docker.types.DeviceRequest(device_ids=[str(rank)], capabilities=[["gpu"]])]
-            container = client.containers.run(
-                name, [python, "-c", "import signal; signal.pause()"], name=cname, detach=True, network_mode="none",
-                cap_add=["NET_ADMIN"], shm_size=SHM_SIZE, volumes=self._volumes(self.offline),
+            container = self.client.containers.run(
+                name, [self.python, "-c", "import signal; signal.pause()"], name=cname, detach=True,
+                network_mode="none", cap_add=["NET_ADMIN"], shm_size=SHM_SIZE, volumes=self._volumes(self.offline),
                 labels={"gctestbed.run": self.state.run_id}, **extra)
             container.reload()
             if not container.attrs["State"].get("Running"):
                 raise UserError(f"container {cname} did not start: {container.logs().decode(errors='replace')[-300:]}")
             self.containers[rank], pids[rank] = container, container.attrs["State"]["Pid"]
-        self.client = client
-        return self._build_network(adopt=pids)
+        return self.shaped.build(adopt=pids)
+
+    def calibrate(self):
+        return self.shaped.calibrate()
+
+    def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
+        self.shaped.fault(rank, kind, active, pct)
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/root",
                "THP_MEM_ALLOC_ENABLE": "1", "GCTESTBED_BUILD_DIR": str(kernels.build_dir()), **(extra_env or {}),
-               **self.node_env(node)}
+               **self.shaped.node_env(node)}
         argv = [self.python if a == sys.executable else a for a in argv]
         proc = ContainerProcess(self.client, self.containers[node.rank], argv, env, log_path, os.getcwd())
         if proc.pid > 0:
             self.state.add("process", name=node.name, pid=proc.pid)
         return proc
 
+    @staticmethod
+    def kill(proc) -> None:
+        proc.kill()
+
     def describe(self) -> dict:
-        return {**super().describe(), "launcher": "docker", "image": image.tag(self.spec.device == "cuda"),
-                "offline_image": getattr(self, "offline", None)}
+        return {**self.shaped.describe(), "launcher": "docker", "image": image.tag(self.gpu),
+                "offline_image": self.offline}
+
+    def final_counters(self) -> dict:
+        return {**self.shaped.final_counters(), "launcher": "docker", "image": image.tag(self.gpu),
+                "offline_image": self.offline}
+
+    def down(self) -> list[str]:
+        return self.state.undo()

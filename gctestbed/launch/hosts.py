@@ -8,19 +8,17 @@ then holds the whole run. The NIC is unshaped when the node ends, however it end
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 
 import psutil
 
-from .. import results
 from ..net import nic
+from ..session import Session, resolve
 from ..spec import Direction, RunSpec
 from .nodeenv import node_environment
 from .state import state_dir
@@ -47,45 +45,48 @@ def hosts_rendezvous(rdzv: str) -> bool:
     return bool(wanted & mine)
 
 
-def run_node(spec: RunSpec, rdzv: str, nnodes: int, dev: str | None, shape: bool, force: bool) -> int:
-    """Shape ``dev`` (if asked), run the worker under torchrun, unshape; returns torchrun's status."""
-    run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
-    os.makedirs(run_dir, exist_ok=True)
-    spec_path = os.path.join(run_dir, "spec.json")
-    with open(spec_path, "w") as f:
-        f.write(spec.to_json())
-    recorder = results.Recorder(spec.results_dir, spec.run_id)
-    with contextlib.suppress(sqlite3.IntegrityError):      # another host sharing this store made it first
-        recorder.start_run(spec, {"launcher": "hosts", "rdzv": rdzv, "dev": dev})
+def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool) -> int:
+    """Shape ``dev`` (if asked), run the worker under torchrun, unshape; returns torchrun's status.
+    The run's records are a Session's, as for every launcher; hosts sharing one store start the
+    run once."""
     ifname = dev or "eth0"
-    env = {**os.environ, **{k: v for k, v in node_environment(0, nnodes, "", os.uname().nodename, os.cpu_count() or 1,
-                                                              ifname).items()
+    spec = resolve(spec, spec.run_id)
+    session = Session(spec, shared=True)
+    env = {**os.environ, **{k: v for k, v in node_environment(0, spec.nodes, "", os.uname().nodename,
+                                                              os.cpu_count() or 1, ifname).items()
                             if k.startswith(("NCCL_", "GLOO_", "GCTESTBED_"))},
            "GCTESTBED_GATHER": "1", "GCTESTBED_CUDA_DEVICE": "0"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", spec.run_id, "--max-restarts", "0",
             "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
             *(["--local-addr", _address(ifname)] if _address(ifname) else []),   # not the host name: it may
-            "-m", "gctestbed.worker", spec_path]                                  # resolve off the shaped NIC
+            "-m", "gctestbed.worker", session.spec_path]                         # resolve off the shaped NIC
     shaped = False
-    status = 1
+    status, error = 1, None
     try:
         if shape and dev:
             link = spec.link
             nic.shape(dev, Direction(link.bw_bps, link.latency_s, link.jitter_s, link.loss_pct), state_dir(), force)
             shaped = True
-        with open(os.path.join(run_dir, f"node-{os.uname().nodename}-{_address(ifname) or os.getpid()}.log"), "ab") as log:
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        session.start("hosts", nic.describe(ifname), rdzv=rdzv, dev=dev)
+        log = session.log_path(f"node-{os.uname().nodename}-{_address(ifname) or os.getpid()}")
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 status = proc.wait()
             except KeyboardInterrupt:
                 os.killpg(proc.pid, signal.SIGTERM)
                 status = proc.wait()
                 raise
+        error = None if status == 0 else f"torchrun on {os.uname().nodename} exited with {status}"
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
     finally:
-        if shaped:
-            nic.unshape(dev, state_dir())
-        recorder.finish_run("ok" if status == 0 else "failed",
-                            None if status == 0 else f"torchrun on {os.uname().nodename} exited with {status}")
-        recorder.close()
+        try:
+            session.finish("ok" if status == 0 and error is None else "failed", error, lambda: nic.describe(ifname))
+        finally:
+            session.close()
+            if shaped:
+                nic.unshape(dev, state_dir())
     return status

@@ -1,7 +1,7 @@
 """The embedded default launcher: every node is a network namespace on this host.
 
 Needs root and nothing else: no images, no daemons. The network is the run's topology (a star
-unless a topology file says otherwise), built by net/topology.py.
+unless a topology file says otherwise), built by net/topology.py through launch.network.
 """
 
 from __future__ import annotations
@@ -10,19 +10,14 @@ import contextlib
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
 
-from ..net import faults, namespaces, topology
+from ..net import namespaces
 from ..spec import RunSpec, UserError
-from .nodeenv import node_environment
+from .network import Shaped
+from .protocol import Node
 from .state import RunState
 
-
-@dataclass
-class Node:
-    rank: int
-    name: str
-    address: str
+__all__ = ["NetnsCluster", "Node"]
 
 
 class NetnsCluster:
@@ -32,50 +27,36 @@ class NetnsCluster:
 
     def __init__(self, spec: RunSpec, state: RunState):
         self.spec, self.state = spec, state
-        self.network: topology.Network | None = None
+        self.shaped = Shaped(spec, state)
+
+    @property
+    def network(self):
+        return self.shaped.network
 
     @staticmethod
     def check_host() -> None:
-        """Refuse early, before anything is created, when this host cannot run the launcher."""
         if os.geteuid() != 0:
             raise UserError("the netns launcher needs root to create namespaces and qdiscs: rerun with sudo.")
 
     def up(self) -> list[Node]:
         self.check_host()
-        return self._build_network()
+        return self.shaped.build()
 
-    def _build_network(self, adopt: dict[int, int] | None = None) -> list[Node]:
-        """The run's topology, shaped; ``adopt``: ranks whose namespace is an existing process's."""
-        lossy = frozenset(f.node for f in self.spec.faults if f.kind == "loss")
-        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
-                                      self.spec.latency_impl, self.spec.seed, self.state.add, adopt=adopt, lossy=lossy)
-        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
+    def calibrate(self):
+        return self.shaped.calibrate()
 
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
-        """Start (``active``) or end a fault on node ``rank``'s cable; see net/faults.py."""
-        faults.apply(self.network, rank, kind, active, pct)
+        self.shaped.fault(rank, kind, active, pct)
 
     def describe(self) -> dict:
-        """How delay is made and the qdisc configuration actually in the kernel, with counters."""
-        if self.network is None:
-            return {}
-        return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
-                "qdiscs": self.network.describe()}
+        return self.shaped.describe()
 
     def final_counters(self) -> dict:
-        """describe() plus the delay lines' own counters; stops the delay lines."""
-        if self.network is None:
-            return {}
-        return {**self.describe(), "delay_lines": self.network.stop_relays()}
-
-    def node_env(self, node: Node) -> dict[str, str]:
-        """What every launcher gives a node's worker: torchrun's variables, the CPU share, the pins."""
-        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
-        return node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)
+        return self.shaped.final_counters()
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment."""
-        env = {**os.environ, **(extra_env or {}), **self.node_env(node)}
+        env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
         with open(log_path, "ab") as log:
             proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
@@ -90,4 +71,3 @@ class NetnsCluster:
 
     def down(self) -> list[str]:
         return self.state.undo()
-

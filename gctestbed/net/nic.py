@@ -100,3 +100,16 @@ def _restore(ipr: IPRoute, ifname: str, before: dict) -> None:
     if before["kind"] == "tbf":
         ipr.tc("add", "tbf", index, before["handle"], rate=before["rate"], burst=before["burst"], limit=before["limit"])
     # a kernel default comes back by itself once the root qdisc is deleted
+
+
+def describe(ifname: str) -> dict:
+    """What a run on this NIC records about its shaping, in the keys a netns run uses: how delay
+    is made (netem here: the delay line needs both ends of a cable) and the qdisc configuration
+    the kernel reports, with counters."""
+    with IPRoute() as ipr:
+        try:
+            found = shaping.describe(ipr, ifname)
+        except (OSError, UserError):
+            return {"latency_impl": None, "qdiscs": {}}
+    impl = "netem" if any(q["kind"] == "netem" for q in found["qdiscs"]) else "none"
+    return {"latency_impl": impl, "qdiscs": {ifname: found}}

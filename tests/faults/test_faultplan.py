@@ -66,7 +66,7 @@ def test_a_fault_on_a_node_the_run_lacks_is_refused_and_faults_round_trip_throug
     spec = RunSpec(nodes=2, link=LinkSpec(bw_bps=10**9), faults=[parse_fault("link-down:node=2,at=1s,for=1s")])
     with pytest.raises(SpecError, match="not a node of this run"):
         spec.validate()
-    spec.faults = [parse_fault("loss:node=1,pct=5,at=1s")]
+    spec = spec.replace(faults=[parse_fault("loss:node=1,pct=5,at=1s")])
     assert RunSpec.from_json(spec.to_json()).faults == spec.faults
 
 

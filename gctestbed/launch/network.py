@@ -1,0 +1,50 @@
+"""The shaped network of a run whose nodes share this host's kernel (netns, docker): the run's
+topology built through the ledger, its faults, its calibration and its description. Launchers
+own one; none inherits another."""
+
+from __future__ import annotations
+
+import os
+
+from ..net import calibrate, faults, topology
+from ..spec import RunSpec
+from .nodeenv import node_environment
+from .protocol import Node
+from .state import RunState
+
+
+class Shaped:
+    """The network of ``spec``: built once by ``build``, then faulted, measured and described."""
+
+    def __init__(self, spec: RunSpec, state: RunState):
+        self.spec, self.state = spec, state
+        self.network: topology.Network | None = None
+
+    def build(self, adopt: dict[int, int] | None = None) -> list[Node]:
+        """The run's topology, shaped; ``adopt``: ranks whose namespace is an existing process's."""
+        lossy = frozenset(f.node for f in self.spec.faults if f.kind == "loss")
+        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
+                                      self.spec.latency_impl, self.spec.seed, self.state.add, adopt=adopt, lossy=lossy)
+        return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
+
+    def calibrate(self) -> list[calibrate.PathResult]:
+        return calibrate.calibrate(self.spec.network(), self.network.nodes)
+
+    def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
+        faults.apply(self.network, rank, kind, active, pct)
+
+    def describe(self) -> dict:
+        if self.network is None:
+            return {}
+        return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
+                "qdiscs": self.network.describe()}
+
+    def final_counters(self) -> dict:
+        if self.network is None:
+            return {}
+        return {**self.describe(), "delay_lines": self.network.stop_relays()}
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        """What every launcher gives a node's worker: torchrun's variables, the CPU share, the pins."""
+        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
+        return node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)

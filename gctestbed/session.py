@@ -1,0 +1,114 @@
+"""One run's records, whatever launched its nodes: its directory, spec.json, the environment
+record, calibration, the store's start and finish, and the qdisc statistics at the end.
+
+The netns, docker and hosts launchers all open a Session, so a run looks the same in the store
+however it ran; they differ only in how nodes start and what shaping they describe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import sqlite3
+from importlib import metadata
+from typing import Callable
+
+from . import __version__, compress, kernels, results
+from .net import calibrate
+from .spec import RunSpec
+
+
+def environment() -> dict:
+    """What the run ran on, so a stored run can be reproduced and compared."""
+    def version(pkg: str) -> str | None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+    cpu = next((line.split(":", 1)[1].strip() for line in read_text("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"hostname": socket.gethostname(), "kernel": platform.release(), "python": platform.python_version(),
+            "torch": version("torch"), "pyroute2": version("pyroute2"), "gctestbed": __version__,
+            "gctestbed_path": os.path.dirname(os.path.abspath(__file__)), "cpu": cpu, "cpus": os.cpu_count()}
+
+
+def read_text(path: str) -> str:
+    """A file's text, or '' where it cannot be read (a log not written yet)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def resolve(spec: RunSpec, run_id: str, on_phase: Callable[[str], None] = lambda text: None) -> RunSpec:
+    """What only the run can settle, filled in a copy: its id, and the kernels that really run
+    (the torch reference where the method has no native kernels or they cannot be built)."""
+    kernel_mode = spec.kernels
+    if kernel_mode == "native":
+        wanted = compress.get(spec.compressor).has_kernels
+        if wanted:
+            on_phase("building native kernels")
+        if not wanted or kernels.load("native") is None:
+            kernel_mode = "torch"
+    return spec.replace(run_id=run_id, kernels=kernel_mode)
+
+
+class Session:
+    """The records of run ``spec`` (resolved: its run id set). ``shared``: other hosts write the
+    same store and one of them may have started the run already."""
+
+    def __init__(self, spec: RunSpec, shared: bool = False):
+        self.spec, self.shared = spec, shared
+        self.run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
+        self.spec_path = os.path.join(self.run_dir, "spec.json")
+        self.recorder: results.Recorder | None = None
+
+    def start(self, launcher: str, shaping: dict, **extra) -> results.Recorder:
+        """Write spec.json (the run directory is the owner's, like the store) and start the run in
+        the store with the environment record."""
+        os.makedirs(self.run_dir, exist_ok=True)
+        os.chmod(self.run_dir, 0o700)
+        with open(self.spec_path, "w") as f:
+            f.write(self.spec.to_json())
+        self.recorder = results.Recorder(self.spec.results_dir, self.spec.run_id)
+        with contextlib.suppress(sqlite3.IntegrityError) if self.shared else contextlib.nullcontext():
+            self.recorder.start_run(self.spec, {**environment(), "launcher": launcher, "shaping": shaping, **extra})
+        return self.recorder
+
+    def log_path(self, name: str) -> str:
+        return os.path.join(self.run_dir, f"{name}.log")
+
+    def calibrate(self, measure: Callable[[], list[calibrate.PathResult]]) -> str | None:
+        """Store every path ``measure`` returns; the error that stops the run when one misses."""
+        paths = measure()
+        for p in paths:
+            self.recorder.calibration(p.to_dict())
+        misses = [p.miss for p in paths if p.miss]
+        if misses and not self.spec.accept_miss:
+            return (f"calibration: {'; '.join(misses)} (more than {calibrate.TOLERANCE:.0%} off: the host may be too "
+                    "slow for this rate, or something else shapes these links; --accept-miss runs anyway, "
+                    "--no-calibrate skips)")
+        return None
+
+    def finish(self, status: str, error: str | None, counters: Callable[[], dict]) -> None:
+        """Store the qdisc statistics ``counters`` reads (best effort: the shaping may be gone) and
+        the run's outcome. StoreError propagates: the caller keeps the outcome for 'gctestbed clean'."""
+        if self.recorder is None:
+            return
+        with contextlib.suppress(Exception):
+            self.recorder.update_environment(qdisc_stats=counters())
+        self.recorder.finish_run(status, error)
+
+    def summary(self) -> dict:
+        """The run's summary from the store (results.summarize), then the store is closed."""
+        summary = results.summarize(self.recorder.conn, results.find_run(self.recorder.conn, self.spec.run_id))
+        self.close()
+        return summary
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
