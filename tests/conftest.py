@@ -24,6 +24,8 @@ def _missing(marker: str) -> str | None:
             return f"needs a running Docker engine (apt-get install docker.io; dockerd &): {type(e).__name__}"
     if marker == "compose" and shutil.which("docker-compose") is None:
         return "needs docker-compose (apt-get install docker-compose) to validate compose files"
+    if marker == "browser" and not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
+        return "needs Chromium (apt-get install chromium) to open the report"
     if marker == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -33,11 +35,11 @@ def _missing(marker: str) -> str | None:
 
 # Markers CI must satisfy: GCTESTBED_REQUIRE_PRIVILEGED turns their skips into an error. A GPU is
 # not among them: CI has none, and the CUDA tests run where one is lent.
-REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose")
+REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose", "browser")
 
 
 def pytest_collection_modifyitems(config, items):
-    for marker in ("root", "compiler", "nvcc", "docker", "compose", "cuda"):
+    for marker in ("root", "compiler", "nvcc", "docker", "compose", "browser", "cuda"):
         reason = _missing(marker)
         if reason is None or not any(marker in item.keywords for item in items):
             continue
