@@ -80,7 +80,10 @@ def parse_rate(text: str) -> int:
             f"bandwidth '{str(text).strip()}' has {hint}, which is ambiguous or unknown: "
             f"use one of {RATE_FORMS}, e.g. 100mbit."
         )
-    bps = round(number * _RATE_UNITS[unit])
+    bits = number * _RATE_UNITS[unit]
+    if not math.isfinite(bits) or bits >= 8 * 2**64:
+        raise SpecError(f"bandwidth '{str(text).strip()}' is too large: tc's rates stop below 2^64 bytes per second (e.g. 100mbit, 40gbit).")
+    bps = round(bits)
     if bps <= 0:
         raise SpecError(f"bandwidth '{str(text).strip()}' must be greater than zero, e.g. 100mbit.")
     return bps

@@ -22,7 +22,8 @@ def test_rates_follow_tc(text, bps):
 @pytest.mark.parametrize("text, fragment", [
     ("0mbit", "greater than zero"), ("-5mbit", "negative"), ("100", "bare number"), ("100mb", "unit 'mb'"),
     ("fast", "not a number"), ("1e400mbit", "finite"), ("", "not a number"), ("1 0mbit", "not a number"),
-    ("nanmbit", "not a number"), ("100 gigabit", "unit 'gigabit'"),
+    ("nanmbit", "not a number"), ("100 gigabit", "unit 'gigabit'"), ("1e300tibps", "too large"),
+    ("3e19gbps", "too large"),
 ])
 def test_bad_rates_are_one_sentence(text, fragment):
     with pytest.raises(SpecError) as e:
