@@ -8,6 +8,7 @@ store, never logs, so a report can be rebuilt at any time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import shutil
 import sqlite3
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from .spec import RunSpec, UserError
@@ -394,6 +396,54 @@ def last_step(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> sqlite3.R
                         (run_id, rank)).fetchone()
 
 
+def steps_per_rank(conn: sqlite3.Connection, run_id: str, rank: int | None = None) -> dict[int, int]:
+    """How many steps each rank (or only ``rank``) has recorded."""
+    rows = conn.execute("SELECT rank, COUNT(*) FROM steps WHERE run_id=? AND (? IS NULL OR rank=?) GROUP BY rank",
+                        (run_id, rank, rank)).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def has_calibration(conn: sqlite3.Connection, run_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM calibrations WHERE run_id=? LIMIT 1", (run_id,)).fetchone() is not None
+
+
+def run_status(conn: sqlite3.Connection, run_id: str) -> str | None:
+    row = conn.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    return row["status"] if row else None
+
+
+def ok_run_ids(conn: sqlite3.Connection) -> list[str]:
+    """The runs that ended well, oldest first."""
+    return [r["run_id"] for r in conn.execute("SELECT run_id FROM runs WHERE status='ok' ORDER BY created_at")]
+
+
+def sweep_names(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT DISTINCT sweep FROM sweep_cells")]
+
+
+def losses(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> list[float | None]:
+    """Rank ``rank``'s loss per step (None where SQLite kept a NaN as NULL)."""
+    return [r["loss"] for r in conn.execute("SELECT loss FROM steps WHERE run_id=? AND rank=? ORDER BY step",
+                                            (run_id, rank))]
+
+
+def curve(conn: sqlite3.Connection, run_id: str) -> tuple[list[float | None], list[float]]:
+    """Rank 0's loss per step and the wall time at the end of each step (slowest rank's step times)."""
+    out_losses, wall, t = [], [], 0.0
+    for r in conn.execute("SELECT step, MAX(step_s) AS s, SUM(CASE WHEN rank=0 THEN loss END) AS loss "
+                          "FROM steps WHERE run_id=? GROUP BY step ORDER BY step", (run_id,)):
+        t += r["s"]
+        out_losses.append(r["loss"])
+        wall.append(t)
+    return out_losses, wall
+
+
+def latest_run_since(conn: sqlite3.Connection, since: float) -> sqlite3.Row | None:
+    """The newest run created at or after ``since``."""
+    return conn.execute("SELECT * FROM runs WHERE created_at >= ? ORDER BY created_at DESC LIMIT 1",
+                        (since,)).fetchone()
+
+
 def fault_effect(spec: RunSpec, fault: sqlite3.Row, steps: dict[int, list[sqlite3.Row]]) -> dict[str, Any]:
     """What a fault did, from the step records: the steps that ran while it was on, and the median
     step time (and bytes the faulted node sent: retransmissions show there) during it against the
@@ -430,7 +480,64 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSummary:
+    """The figures of one run, from its stored rows only (``show --json`` prints ``to_dict()``;
+    docs/running.md says what each field means). Step figures are medians over complete steps."""
+
+    run_id: str
+    status: str
+    error: str | None
+    compressor: str
+    compressor_options: dict[str, Any]
+    kernels: str
+    mode: str
+    workload: str
+    workload_options: dict[str, Any]
+    batch_size: int
+    nodes: int
+    topology: str | None
+    bw_bps: int
+    latency_s: float
+    steps: int
+    steps_recorded: int
+    median_step_s: float | None
+    samples_per_s: float | None
+    median_compute_s: float | None
+    median_comm_s: float | None
+    median_encode_s: float | None
+    median_decode_s: float | None
+    median_optim_s: float | None
+    wire_bytes_per_step: float | None
+    payload_bytes_per_step: float | None
+    gather_bytes_per_step: float | None
+    expected_tx_bytes_per_step: float | None
+    reduce_calls_per_step: float | None
+    gather_calls_per_step: float | None
+    tail_tx_bytes_per_step: float | None
+    buckets_per_step: float | None
+    sent_fraction: float | None
+    contract: dict[str, Any] | None
+    busbw_bps: float | None
+    bottleneck_bps: int
+    busbw_fraction_of_link: float | None
+    final_loss: float | None
+    eval_loss: float | None
+    eval_accuracy: float | None
+    params_identical: bool | None
+    latency_impl: str | None
+    environment: dict[str, Any]
+    calibration: list[dict[str, Any]]
+    calibration_missed: bool
+    faults: list[dict[str, Any]]
+    created_at: float
+    finished_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
     Step figures are medians over steps, leaving out step 0 (DDP builds its buckets there) when
@@ -460,52 +567,52 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
     faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
                                                                  (run["run_id"],))]
     contract = contract_check(conn, run["run_id"], spec)
-    return {
-        "run_id": run["run_id"],
-        "status": run["status"],
-        "error": run["error"],
-        "compressor": spec.compressor,
-        "compressor_options": spec.compressor_options,
-        "kernels": spec.kernels,
-        "mode": spec.mode,
-        "workload": spec.workload,
-        "workload_options": spec.workload_options,
-        "batch_size": spec.batch_size,
-        "nodes": n,
-        "topology": spec.topology.name if spec.topology else None,
-        "bw_bps": spec.link.bw_bps,
-        "latency_s": spec.link.latency_s,
-        "steps": spec.steps,
-        "steps_recorded": len(complete),
-        "median_step_s": step_s,
-        "samples_per_s": n * spec.batch_size / step_s if step_s else None,
-        "median_compute_s": _median(r["compute_s"] for rs in per_step for r in rs),
-        "median_comm_s": _median(r["comm_s"] for rs in per_step for r in rs),
-        "median_encode_s": _median(r["encode_s"] for rs in per_step for r in rs),
-        "median_decode_s": _median(r["decode_s"] for rs in per_step for r in rs),
-        "median_optim_s": _median(r["optim_s"] for rs in per_step for r in rs),
-        "wire_bytes_per_step": _median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
-        "payload_bytes_per_step": _median(r["payload_bytes"] for rs in per_step for r in rs),
-        "gather_bytes_per_step": _median(r["gather_bytes"] for rs in per_step for r in rs),
-        "expected_tx_bytes_per_step": _median(r["expected_tx_bytes"] for rs in per_step for r in rs),
-        "reduce_calls_per_step": _median(r["reduce_calls"] for rs in per_step for r in rs),
-        "gather_calls_per_step": _median(r["gather_calls"] for rs in per_step for r in rs),
-        "tail_tx_bytes_per_step": _median(r["tail_tx_bytes"] for rs in per_step for r in rs),
-        "buckets_per_step": _median(r["buckets"] for rs in per_step for r in rs),
-        "sent_fraction": contract["sent_fraction"] if contract else None,
-        "contract": contract,
-        "busbw_bps": busbw,
-        "bottleneck_bps": bottleneck,
-        "busbw_fraction_of_link": busbw / bottleneck if busbw else None,
-        "final_loss": _mean(r["loss"] for r in last),
-        "eval_loss": nodes[0]["eval_loss"] if nodes else None,
-        "eval_accuracy": nodes[0]["eval_accuracy"] if nodes else None,
-        "params_identical": len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
-        "latency_impl": env.get("shaping", {}).get("latency_impl"),
-        "environment": env,
-        "calibration": calibration,
-        "calibration_missed": any(c["miss"] for c in calibration),
-        "faults": faults,
-        "created_at": run["created_at"],
-        "finished_at": run["finished_at"],
-    }
+    return RunSummary(
+        run_id=run["run_id"],
+        status=run["status"],
+        error=run["error"],
+        compressor=spec.compressor,
+        compressor_options=spec.compressor_options,
+        kernels=spec.kernels,
+        mode=spec.mode,
+        workload=spec.workload,
+        workload_options=spec.workload_options,
+        batch_size=spec.batch_size,
+        nodes=n,
+        topology=spec.topology.name if spec.topology else None,
+        bw_bps=spec.link.bw_bps,
+        latency_s=spec.link.latency_s,
+        steps=spec.steps,
+        steps_recorded=len(complete),
+        median_step_s=step_s,
+        samples_per_s=n * spec.batch_size / step_s if step_s else None,
+        median_compute_s=_median(r["compute_s"] for rs in per_step for r in rs),
+        median_comm_s=_median(r["comm_s"] for rs in per_step for r in rs),
+        median_encode_s=_median(r["encode_s"] for rs in per_step for r in rs),
+        median_decode_s=_median(r["decode_s"] for rs in per_step for r in rs),
+        median_optim_s=_median(r["optim_s"] for rs in per_step for r in rs),
+        wire_bytes_per_step=_median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
+        payload_bytes_per_step=_median(r["payload_bytes"] for rs in per_step for r in rs),
+        gather_bytes_per_step=_median(r["gather_bytes"] for rs in per_step for r in rs),
+        expected_tx_bytes_per_step=_median(r["expected_tx_bytes"] for rs in per_step for r in rs),
+        reduce_calls_per_step=_median(r["reduce_calls"] for rs in per_step for r in rs),
+        gather_calls_per_step=_median(r["gather_calls"] for rs in per_step for r in rs),
+        tail_tx_bytes_per_step=_median(r["tail_tx_bytes"] for rs in per_step for r in rs),
+        buckets_per_step=_median(r["buckets"] for rs in per_step for r in rs),
+        sent_fraction=contract["sent_fraction"] if contract else None,
+        contract=contract,
+        busbw_bps=busbw,
+        bottleneck_bps=bottleneck,
+        busbw_fraction_of_link=busbw / bottleneck if busbw else None,
+        final_loss=_mean(r["loss"] for r in last),
+        eval_loss=nodes[0]["eval_loss"] if nodes else None,
+        eval_accuracy=nodes[0]["eval_accuracy"] if nodes else None,
+        params_identical=len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
+        latency_impl=env.get("shaping", {}).get("latency_impl"),
+        environment=env,
+        calibration=calibration,
+        calibration_missed=any(c["miss"] for c in calibration),
+        faults=faults,
+        created_at=run["created_at"],
+        finished_at=run["finished_at"],
+    )

@@ -39,7 +39,7 @@ class Interrupted(Exception):
     run_id: str | None = None
 
 
-def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> dict:
+def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> results.RunSummary:
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted (carrying
     the run id) on Ctrl-C."""
     launcher = cluster_class(spec)
@@ -124,7 +124,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 for r in procs:
                     recorder.node(r, exit_code=0)
                 return None
-            count = recorder.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (spec.run_id,)).fetchone()[0]
+            count = sum(results.steps_per_rank(recorder.conn, spec.run_id).values())
             if count != recorded:
                 recorded, quiet_since = count, time.monotonic()
             elif watch and 0 < recorded < spec.nodes * spec.steps and \
@@ -200,8 +200,7 @@ def _stopped(procs: dict, codes: dict) -> list[int]:
 
 def _laggard(recorder: results.Recorder, spec: RunSpec, procs: dict) -> int:
     """The rank with the fewest recorded steps (the one the others wait for)."""
-    counts = dict(recorder.conn.execute("SELECT rank, COUNT(*) FROM steps WHERE run_id=? GROUP BY rank",
-                                        (spec.run_id,)).fetchall())
+    counts = results.steps_per_rank(recorder.conn, spec.run_id)
     return min(procs, key=lambda r: (counts.get(r, 0), r))
 
 
@@ -279,12 +278,12 @@ def clean() -> tuple[list[str], list[str]]:
         try:
             rec = results.Recorder(os.path.dirname(st.results_db), st.run_id)
             try:
-                row = rec.conn.execute("SELECT status FROM runs WHERE run_id=?", (st.run_id,)).fetchone()
+                status = results.run_status(rec.conn, st.run_id)
                 outcome = st.meta.get("outcome")
-                if row and row["status"] == "running" and outcome:
+                if status == "running" and outcome:
                     rec.finish_run(outcome["status"], (outcome["error"] + "; " if outcome["error"] else "") +
                                    "recorded by 'gctestbed clean': the store could not be written when the run ended")
-                elif row and row["status"] == "running":
+                elif status == "running":
                     rec.finish_run("failed", "its gctestbed process died; cleaned up by 'gctestbed clean'")
             finally:
                 rec.close()

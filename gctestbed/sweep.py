@@ -125,7 +125,7 @@ def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = Fa
 
 
 def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], None] = lambda c: None,
-        on_done: Callable[[Cell, dict], None] = lambda c, s: None) -> dict[str, int]:
+        on_done: Callable[[Cell, results.RunSummary], None] = lambda c, s: None) -> dict[str, int]:
     """Run ``cells`` of sweep ``name`` in order. Ctrl-C (runner.Interrupted or KeyboardInterrupt)
     marks the current cell interrupted and propagates; the store stays resumable."""
     conn = results.connect(grid.results_dir)
@@ -139,10 +139,10 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
             summary = runner.run(cell.spec.replace(calibrate=measure))
-            if measure and not summary["calibration_missed"]:
+            if measure and not summary.calibration_missed:
                 calibrated.add(cell.link)          # a link that missed is measured again at its next cell
-            results.mark_cell(conn, name, cell.key, cell.repeat, summary["status"], summary["run_id"])
-            counts[summary["status"]] += 1
+            results.mark_cell(conn, name, cell.key, cell.repeat, summary.status, summary.run_id)
+            counts[summary.status] += 1
             current = None
             on_done(cell, summary)
     except (runner.Interrupted, KeyboardInterrupt) as e:

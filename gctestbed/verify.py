@@ -54,7 +54,7 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
         summary = runner.run(spec)
         conn = results.connect(results_dir)
         try:
-            check = results.contract_check(conn, summary["run_id"], spec, numel)
+            check = results.contract_check(conn, summary.run_id, spec, numel)
         finally:
             conn.close()
         row = judge_row(text, summary, check, base)
@@ -65,12 +65,12 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
             "none": base, "methods": rows, "ok": bool(rows) and all(r["ok"] for r in rows) and base["ok"]}
 
 
-def judge_row(text: str, summary: dict, check: dict | None, base: dict | None) -> dict:
+def judge_row(text: str, summary: results.RunSummary, check: dict | None, base: dict | None) -> dict:
     """One method's verdict from its run's summary and contract check, beside ``none``'s row."""
     problems = list(check["problems"]) if check else [_problem("exchanges", "the run recorded no exchanges")]
-    if summary["status"] != "ok":
-        problems.insert(0, _problem("run", f"the run failed: {summary['error']}"))
-    if summary["params_identical"] is not True:
+    if summary.status != "ok":
+        problems.insert(0, _problem("run", f"the run failed: {summary.error}"))
+    if summary.params_identical is not True:
         problems.append(_problem("replicas", "the replicas did not end bit-identical"))
     exchanges = check["exchanges_per_step"] if check else None
     if base is not None and exchanges != base["exchanges_per_step"]:
@@ -78,13 +78,13 @@ def judge_row(text: str, summary: dict, check: dict | None, base: dict | None) -
                                               f"{base['exchanges_per_step']:g}"))
     counters = check["counters_bytes"] if check else None
     reference = base["counters_bytes"] if base else counters          # none's own row: 1
-    return {"method": text, "run_id": summary["run_id"],
+    return {"method": text, "run_id": summary.run_id,
             "contract_bytes": check["contract_wire_bytes"] if check else None, "counters_bytes": counters,
             "ratio_to_none": counters / reference if counters and reference else None,
             "payload_bytes": check["accounting_bytes"] if check else None,
             "exchanges_per_step": exchanges, "collectives_per_step": check["collectives_per_step"] if check else None,
             "sent_fraction": check["sent_fraction"] if check else None, "steps_judged": check["steps_judged"] if check else [],
-            "params_identical": summary["params_identical"], "ok": not problems, "problems": problems}
+            "params_identical": summary.params_identical, "ok": not problems, "problems": problems}
 
 
 def _problem(term: str, text: str) -> dict:

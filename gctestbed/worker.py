@@ -95,7 +95,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
             loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
             sync()
             compute_s = laps.lap()
-        except RuntimeError as e:        # DDP re-raises the hook's failure, garbled: report the hook's own
+        except RuntimeError:             # DDP re-raises the hook's failure, garbled: report the hook's own
             if comm.failure is None:
                 raise
             sys.exit(exchange_failed(comm.failure, rank, step))

@@ -26,11 +26,11 @@ def test_summary_from_rows(tmp_path):
     rec.node(1, param_sha256="aa")
     rec.finish_run("ok")
     s = results.summarize(rec.conn, results.find_run(rec.conn, "r"))
-    assert s["status"] == "ok" and s["steps_recorded"] == 3
-    assert s["median_step_s"] == 2.0                      # slowest rank decides a step
-    assert s["samples_per_s"] == 2 * 10 / 2.0
-    assert s["busbw_bps"] == pytest.approx(10_000_000 * 8 / 0.8)   # 2(n-1)/n = 1 for two nodes
-    assert s["final_loss"] == 0.0 and s["params_identical"] is True
+    assert s.status == "ok" and s.steps_recorded == 3
+    assert s.median_step_s == 2.0                      # slowest rank decides a step
+    assert s.samples_per_s == 2 * 10 / 2.0
+    assert s.busbw_bps == pytest.approx(10_000_000 * 8 / 0.8)   # 2(n-1)/n = 1 for two nodes
+    assert s.final_loss == 0.0 and s.params_identical is True
 
 
 def test_partial_steps_are_not_counted_as_complete(tmp_path):
@@ -40,7 +40,7 @@ def test_partial_steps_are_not_counted_as_complete(tmp_path):
     rec.step(1, 0, step_s=1.0)
     rec.step(0, 1, step_s=1.0)
     s = results.summarize(rec.conn, results.find_run(rec.conn, None))
-    assert s["steps_recorded"] == 1 and s["status"] == "running"
+    assert s.steps_recorded == 1 and s.status == "running"
 
 
 def test_unknown_step_field_is_refused(tmp_path):

@@ -58,7 +58,7 @@ def test_every_method_keeps_its_contract(tmp_path, state_dir):
         # one exchange per bucket and step, as none makes: each parameter went out once
         assert row["exchanges_per_step"] == base["exchanges_per_step"] >= 2, row
         summary = results.summarize(conn, results.find_run(conn, row["run_id"]))
-        assert summary["buckets_per_step"] == none_summary["buckets_per_step"], row["method"]
+        assert summary.buckets_per_step == none_summary.buckets_per_step, row["method"]
         assert row["steps_judged"] == list(range(2, report["steps"]))
     conn.close()
 

@@ -9,7 +9,6 @@ workload, nodes, latency, batch size and timing mode.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field
 
 from .. import results
@@ -65,46 +64,35 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
     conn = results.connect(results_dir, create=False)
     cells = results.sweep_runs(conn, sweep)
     if sweep and not cells:
-        names = [r[0] for r in conn.execute("SELECT DISTINCT sweep FROM sweep_cells")]
+        names = results.sweep_names(conn)
         raise UserError(f"sweep '{sweep}' has no finished cells in {results_dir}"
                                 + (f"; it has: {', '.join(names)}." if names else "."))
     if cells:
         pairs = [(c["run_id"], c["sweep"], c["repeat"], json.loads(c["cell"])) for c in cells]
     else:
-        pairs = [(r["run_id"], None, 0, None) for r in conn.execute("SELECT run_id FROM runs WHERE status='ok' ORDER BY created_at")]
+        pairs = [(run_id, None, 0, None) for run_id in results.ok_run_ids(conn)]
     rows = []
     for run_id, sweep_name, repeat, params in pairs:
         run = results.find_run(conn, run_id)
         s = results.summarize(conn, run)
         spec = RunSpec.from_json(run["spec"])
-        if s["median_step_s"] is None or spec.command:
+        if s.median_step_s is None or spec.command:
             continue
-        losses, wall = _curve(conn, run_id)
+        losses, wall = results.curve(conn, run_id)
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
             workload=params["workload"] if params else spec.workload,
             compressor=params["compressor"] if params else spec.compressor, method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,
-            mode=spec.mode, step_s=s["median_step_s"], compute_s=s["median_compute_s"], optim_s=s["median_optim_s"],
-            encode_s=s["median_encode_s"], decode_s=s["median_decode_s"], comm_s=s["median_comm_s"],
-            payload_bytes=s["payload_bytes_per_step"], gather_bytes=s["gather_bytes_per_step"],
-            expected_tx_bytes=s["expected_tx_bytes_per_step"], reduce_calls=s["reduce_calls_per_step"],
-            gather_calls=s["gather_calls_per_step"], buckets=s["buckets_per_step"],
-            tail_tx_bytes=s["tail_tx_bytes_per_step"], busbw_fraction=s["busbw_fraction_of_link"],
+            mode=spec.mode, step_s=s.median_step_s, compute_s=s.median_compute_s, optim_s=s.median_optim_s,
+            encode_s=s.median_encode_s, decode_s=s.median_decode_s, comm_s=s.median_comm_s,
+            payload_bytes=s.payload_bytes_per_step, gather_bytes=s.gather_bytes_per_step,
+            expected_tx_bytes=s.expected_tx_bytes_per_step, reduce_calls=s.reduce_calls_per_step,
+            gather_calls=s.gather_calls_per_step, buckets=s.buckets_per_step,
+            tail_tx_bytes=s.tail_tx_bytes_per_step, busbw_fraction=s.busbw_fraction_of_link,
             final_loss=_tail_mean(losses), losses=losses, wall=wall))
     conn.close()
     return rows
-
-
-def _curve(conn: sqlite3.Connection, run_id: str) -> tuple[list[float], list[float]]:
-    """Rank 0's loss per step and the wall time at the end of each step (slowest rank's step times)."""
-    losses, wall, t = [], [], 0.0
-    for r in conn.execute("SELECT step, MAX(step_s) AS s, SUM(CASE WHEN rank=0 THEN loss END) AS loss "
-                          "FROM steps WHERE run_id=? GROUP BY step ORDER BY step", (run_id,)):
-        t += r["s"]
-        losses.append(r["loss"])
-        wall.append(t)
-    return losses, wall
 
 
 TAIL = 3

@@ -51,17 +51,15 @@ def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str =
         summary = runner.run(spec)
         conn = results.connect(results_dir)
         # SQLite keeps NaN as NULL: a diverged step reads as None, and is reported as diverged
-        losses = [math.nan if r["loss"] is None else r["loss"]
-                  for r in conn.execute("SELECT loss FROM steps WHERE run_id=? AND rank=0 ORDER BY step",
-                                        (summary["run_id"],))]
+        losses = [math.nan if loss is None else loss for loss in results.losses(conn, summary.run_id)]
         conn.close()
-        rows[method] = {"compressor": TUNED.get(method, method) if ":" in TUNED.get(method, method) else name, "run_id": summary["run_id"], "status": summary["status"],
+        rows[method] = {"compressor": TUNED.get(method, method) if ":" in TUNED.get(method, method) else name, "run_id": summary.run_id, "status": summary.status,
                         "final_loss": _finite(sum(losses[-WINDOW:]) / max(1, len(losses[-WINDOW:]))),
                         # a NaN gradient now stops the run at that step (compress/hook.py), so its error says so
                         "diverged": any(math.isnan(v) or math.isinf(v) for v in losses)
-                                    or "NaN or Inf" in (summary["error"] or ""),
-                        "eval_loss": summary["eval_loss"], "eval_accuracy": summary["eval_accuracy"],
-                        "payload_bytes_per_step": summary["payload_bytes_per_step"], "smoothed": _smooth(losses)}
+                                    or "NaN or Inf" in (summary.error or ""),
+                        "eval_loss": summary.eval_loss, "eval_accuracy": summary.eval_accuracy,
+                        "payload_bytes_per_step": summary.payload_bytes_per_step, "smoothed": _smooth(losses)}
     base = rows.get("none")
     if base:
         target = base["smoothed"][-1] * 1.05
