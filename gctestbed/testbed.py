@@ -11,9 +11,11 @@ import contextlib
 import os
 from typing import Iterator
 
+from . import results
 from .launch import state as ledger
 from .launch.netns import NetnsCluster
 from .launch.nodeenv import node_environment
+from .net import calibrate as calibration
 from .net import namespaces, topology
 from .spec import RunSpec, TopologySpec, UserError
 
@@ -94,3 +96,24 @@ def down(name: str, force: bool = False) -> list[str]:
         raise UserError(f"gct-{state.run_id} belongs to a run that is still going (pid {state.owner_pid}): "
                         "stop it with Ctrl-C, or use --force.")
     return state.undo()
+
+
+def calibrate(name: str | None, spec: RunSpec | None, seconds: float, tool: str,
+              results_dir: str) -> tuple[str, list[calibration.PathResult]]:
+    """Measure every path of cluster ``name``, or of a scratch network built from ``spec`` for the
+    measurement; the figures are stored under the cluster's id. Returns (that id, the paths)."""
+    if name:
+        state = ledger.find(name)
+        cluster_id = state.run_id
+        topo = RunSpec.from_json(state.meta["spec"]).network()
+        paths = calibration.calibrate(topo, [namespaces_node(n) for n in state.meta["nodes"]], seconds=seconds, tool=tool)
+    else:
+        topo = spec.network()
+        with scratch(topo, spec.latency_impl) as net:
+            cluster_id = net.prefix.removeprefix("gct-")
+            paths = calibration.calibrate(topo, net.nodes, seconds=seconds, tool=tool)
+    recorder = results.Recorder(results_dir, cluster_id)
+    for p in paths:
+        recorder.calibration(p.to_dict())
+    recorder.close()
+    return cluster_id, paths

@@ -22,8 +22,10 @@ from typing import Callable
 
 import psutil
 
-from .. import results
+from .. import results, runner
+from ..launch import image
 from ..launch import state as ledger
+from ..spec import LAUNCHERS, LinkSpec, RunSpec, SpecError
 
 WORKLOAD = "mlp:width=512,depth=2,input_dim=512"
 TIMEOUT = "5s"
@@ -120,15 +122,13 @@ def _one(scenario: Scenario, launcher: str, nodes: int, rng: random.Random, resu
             proc.wait()
     conn = results.connect(results_dir)
     try:
-        run = conn.execute("SELECT * FROM runs WHERE created_at >= ? ORDER BY created_at DESC LIMIT 1",
-                           (started,)).fetchone()
+        run = results.latest_run_since(conn, started)
         summary = results.summarize(conn, run) if run else None
-        kept = conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=? AND rank=0",
-                            (run["run_id"],)).fetchone()[0] if run else 0
+        kept = results.steps_per_rank(conn, run["run_id"], rank=0).get(0, 0) if run else 0
     finally:
         conn.close()
-    status = summary["status"] if summary else "never recorded"
-    recorded = summary["steps_recorded"] if summary else 0
+    status = summary.status if summary else "never recorded"
+    recorded = summary.steps_recorded if summary else 0
     expected_code = {"ok": 0, "failed": 1}[scenario.expect]
     if scenario.act == "ctrl-c":
         expected_code = 130
@@ -137,10 +137,10 @@ def _one(scenario: Scenario, launcher: str, nodes: int, rng: random.Random, resu
     # nothing lost: every step rank 0 had recorded before the deed is still there (steps_recorded
     # counts steps every rank finished, and a node stopped between a step and its record lacks one)
     as_expected = status == scenario.expect and proc.returncode == expected_code and kept >= seen
-    return {"scenario": scenario.name, "launcher": launcher, "nodes": nodes, "run_id": summary["run_id"] if summary else run_id,
+    return {"scenario": scenario.name, "launcher": launcher, "nodes": nodes, "run_id": summary.run_id if summary else run_id,
             "exit_code": proc.returncode, "status": status, "steps_recorded": recorded, "rank0_steps_kept": kept,
             "steps_seen_before_act": seen,
-            "error": summary["error"] if summary else (err or "").strip()[-300:], "note": note.strip("; "),
+            "error": summary.error if summary else (err or "").strip()[-300:], "note": note.strip("; "),
             "as_expected": as_expected}
 
 
@@ -151,13 +151,12 @@ def _wait_for_steps(results_dir: str, since: float, count: int, proc: subprocess
         if os.path.exists(results.db_path(results_dir)):
             conn = results.connect(results_dir)
             try:
-                row = conn.execute("SELECT r.run_id, COUNT(s.step) AS n FROM runs r LEFT JOIN steps s "
-                                   "ON s.run_id = r.run_id AND s.rank = 0 WHERE r.created_at >= ? GROUP BY r.run_id",
-                                   (since,)).fetchone()
+                run = results.latest_run_since(conn, since)
+                n = results.steps_per_rank(conn, run["run_id"], rank=0).get(0, 0) if run else 0
             finally:
                 conn.close()
-            if row and row["n"] >= count:
-                return row["run_id"], row["n"]
+            if run and n >= count:
+                return run["run_id"], n
         time.sleep(0.2)
     return None, 0
 
@@ -176,3 +175,16 @@ def _act(act: str, run_id: str | None, rng: random.Random) -> str:
         return f"{'SIGKILL' if act == 'kill-worker' else 'SIGSTOP'} to {victim['name']}"
     os.kill(st.owner_pid, signal.SIGINT if act == "ctrl-c" else signal.SIGKILL)
     return "SIGINT to gctestbed" if act == "ctrl-c" else "SIGKILL to gctestbed"
+
+
+def check_launchers(text: str, minutes: float) -> list[str]:
+    """The launchers ``--launchers`` names, each able to run here (refused now, not after an hour of
+    failed runs), the docker node image included."""
+    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    if not chosen or any(x not in LAUNCHERS for x in chosen) or minutes <= 0:
+        raise SpecError(f"--launchers takes {', '.join(LAUNCHERS)} and --minutes a positive number.")
+    for launcher in chosen:
+        runner.cluster_class(RunSpec(nodes=1, link=LinkSpec(bw_bps=1), launcher=launcher)).check_host()
+    if "docker" in chosen:
+        image.needs_host_mounts(image.client(), image.tag(False))      # the node image must exist
+    return chosen

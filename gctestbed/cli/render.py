@@ -1,0 +1,260 @@
+"""Every table and printed summary of the command line, in one place."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, TextColumn
+from rich.table import Table
+
+from .. import compress, contracts, results
+from .. import verify as verify_
+from ..spec import format_duration, format_rate
+from . import console
+
+
+def verify_table(report: dict) -> Table:
+    judged = report["none"]["steps_judged"] if report["none"] else []
+    table = Table(title=f"verify: {report['nodes']} nodes at {report['bw']}, {report['workload']} "
+                        f"({report['model_numel']:,} parameters), "
+                        + (f"steps {judged[0]}-{judged[-1]} judged" if judged else "no step judged")
+                        + "; bytes per node per step")
+    for col in ("method", "contract", "interface", "ratio to none", "exchanges", "collectives", "sent", "verdict"):
+        table.add_column(col, justify="left" if col in ("method", "verdict") else "right")
+    none_ex = report["none"]["exchanges_per_step"] if report["none"] else None
+    for r in report["methods"]:
+        exchanges = r["exchanges_per_step"]
+        table.add_row(escape(r["method"]), verify_.fmt_bytes(r["contract_bytes"]), verify_.fmt_bytes(r["counters_bytes"]),
+                      f"{r['ratio_to_none']:.3g}" if r["ratio_to_none"] else "-",
+                      f"{exchanges:g} (none {none_ex:g})" if exchanges is not None and none_ex else "-",
+                      f"{r['collectives_per_step']:g}" if r["collectives_per_step"] is not None else "-",
+                      f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
+                      "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")
+    for r in report["methods"]:
+        for line in contracts.describe(r["problems"]):
+            table.add_row(escape(f"{r['method']} broke {line}"), "", "", "", "", "", "", "")
+    return table
+
+
+def bench_report(title: str, measure, table, as_json: bool, width: int | None = None) -> dict:
+    """Run a benchmark under a progress line (``measure(phase)`` reports its phases), then print
+    its report as JSON or as ``table(report)``; the report."""
+    with Progress(TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task(title)
+        report = measure(lambda text: bar.update(task, description=text))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        Console(width=max(Console().width, width or 0)).print(table(report))
+    return report
+
+
+def soak_table(report: dict) -> Table:
+    table = Table(title=f"soak: {report['runs']} runs in {report['minutes']:g} min ({', '.join(report['launchers'])}); "
+                        f"left behind: {len(report['leaks'])}; open files {report['fds_before']} -> {report['fds_after']}")
+    for col in ("scenario", "runs", "as expected", "steps recorded"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    for r in report["scenarios"]:
+        table.add_row(r["scenario"], str(r["runs"]), str(r["as_expected"]), str(r["steps"]))
+    for r in report["unexpected"]:
+        table.add_row(escape(f"UNEXPECTED {r['scenario']} run {r['run_id']}: exit {r['exit_code']}, {r['status']}, "
+                             f"{r['note']} {r['error'] or ''}"[:400]), "", "", "")
+    for leak in report["leaks"]:
+        table.add_row(escape(f"LEFT BEHIND {leak}"[:400]), "", "", "")
+    return table
+
+
+def bench_kernels_table(report: dict) -> Table:
+    table = Table(title=f"kernels on {report['machine']} ({report['device']}, {report['threads']} threads), "
+                        f"{report['size']:,} elements; copy {report['copy_gbps']:.1f} GB/s (median of the rows' own)")
+    for col in ("kernel", "native ms", "torch ms", "speedup", "GB/s", "copy GB/s", "% copy", "vs torch.topk"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for r in report["rows"]:
+        table.add_row(r["kernel"], f"{r['native_ms']:.2f}", f"{r['reference_ms']:.1f}", f"{r['speedup']:.1f}x",
+                      f"{r['gbps']:.1f}", f"{r['copy_gbps']:.1f}", f"{r['pct_copy']:.0f}",
+                      f"{r['vs_topk']:.1f}x" if "vs_topk" in r else "")
+    return table
+
+
+def bench_net_table(report: dict) -> Table:
+    floor, line0, ceiling = report["probe_floor"], report["delayline_0ms"], report["ceiling"]
+    table = Table(title=f"bench net on {report['machine']['cpus']} x {report['machine']['cpu']}, "
+                        f"kernel {report['machine']['kernel']}",
+                  caption=f"probe RTT floor (unshaped veth) {floor['rtt_idle_s'] * 1e3:.3f} ms; delay line adds "
+                          f"{line0['added_rtt_s'] * 1e3:.3f} ms at 0 ms; host ceiling {ceiling['veth_wire_bps'] / 1e9:.2f} "
+                          f"Gbit/s on veth, {ceiling['delayline_wire_bps'] / 1e9:.2f} Gbit/s through the delay line")
+    for col in ("rate", "latency", "delay by", "wire rate", "error", "goodput", "RTT target", "RTT idle",
+                "excess", "excess - floor", "RTT loaded", "rate", "RTT"):
+        table.add_column(col, justify="right")
+    for c in report["cells"]:
+        table.add_row(format_rate(c["rate_bps"]), format_duration(c["latency_s"]), c["impl"],
+                      fmt(c["wire_bps"], " Mbit/s", 1e6, 4), fmt(c["rate_error"] * 100 if c["rate_error"] is not None else None, "%", 1, 2),
+                      fmt(c["goodput_bps"], " Mbit/s", 1e6, 4), f"{c['rtt_target_s'] * 1e3:g} ms",
+                      fmt(c["rtt_idle_s"], " ms", 1e-3, 4), fmt(c["rtt_excess_s"], " ms", 1e-3, 2),
+                      fmt(c["rtt_excess_over_floor_s"], " ms", 1e-3, 2),
+                      fmt(c["rtt_loaded_s"], " ms", 1e-3, 4), "ok" if c["rate_ok"] else "MISS",
+                      "ok" if c["rtt_ok"] else ("ok-floor" if c["rtt_ok_over_floor"] else "MISS"))
+    return table
+
+
+def fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
+    """``digits`` significant digits, never in exponent form (1000, not 1e+03)."""
+    if value is None:
+        return "-"
+    v = value / scale
+    text = f"{v:.0f}" if abs(v) >= 10 ** digits else f"{v:.{digits}g}"
+    if "e" in text:
+        text = f"{v:.{digits}f}".rstrip("0").rstrip(".")
+    return f"{text}{unit}"
+
+
+def print_summary(s: results.RunSummary) -> None:
+    table = Table(title=f"run {s.run_id}  [{s.status}]", show_header=False)
+    rows = [
+        ("compressor", f"{s.compressor} ({s.kernels} kernels)" if compress.get(s.compressor).has_kernels
+         else s.compressor), ("workload", s.workload),
+        ("nodes", str(s.nodes)),
+        ("link", f"topology {s.topology} (see its calibration)" if s.topology
+         else f"{format_rate(s.bw_bps)}, latency {format_duration(s.latency_s)}"),
+        ("steps recorded", f"{s.steps_recorded} / {s.steps}"),
+        ("median step", fmt(s.median_step_s, " s")),
+        ("  compute (fwd+bwd, incl. waiting on comm)", fmt(s.median_compute_s, " s")),
+        ("  communication span", fmt(s.median_comm_s, " s")),
+        ("samples/s", fmt(s.samples_per_s)),
+        ("payload per step (accounting)", fmt(s.payload_bytes_per_step, " MB", 1e6)),
+        ("sent per node per step (eth0)", fmt(s.wire_bytes_per_step, " MB", 1e6)),
+        ("buckets exchanged per step", fmt(s.buckets_per_step, digits=3)),
+        ("all-reduce bus bandwidth", fmt(s.busbw_bps, " Mbit/s", 1e6)
+         + (f"  ({s.busbw_fraction_of_link:.1%} of link)" if s.busbw_fraction_of_link else "")),
+        ("final loss", fmt(s.final_loss, digits=5)),
+        ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s.params_identical]),
+    ]
+    if s.sent_fraction is not None:
+        rows.append(("elements sent", f"{s.sent_fraction:.3%} of the gradient (median step)"))
+    if s.contract:
+        c = s.contract
+        verdict = "kept" if c["ok"] else "BROKEN: " + "; ".join(contracts.describe(c["problems"], limit=2))
+        rows.append(("contract (gctestbed verify)", f"{fmt(c['contract_wire_bytes'], ' MB', 1e6)} per node per step "
+                     f"against {fmt(c['counters_bytes'], ' MB', 1e6)} counted (steps {c['steps_judged'][0]}-"
+                     f"{c['steps_judged'][-1]}): {verdict}" if c["steps_judged"] else f"no step judged: {verdict}"))
+    if s.latency_impl not in (None, "none"):
+        rows.append(("delay made by", s.latency_impl))
+    for c in s.calibration:
+        rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
+                     f"{fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {fmt(c['rtt_idle_s'], ' ms', 1e-3)}"
+                     f" idle / {fmt(c['rtt_loaded_s'], ' ms', 1e-3)} loaded" + ("  MISSED" if c["miss"] else "")))
+    for f in s.faults:
+        if f["started"] is None:
+            effect = "never started (the run ended first)"
+        elif not f["steps"]:
+            effect = "no step ran while it was on"
+        else:
+            span = f"step {f['steps'][0]}" if len(f["steps"]) == 1 else f"steps {f['steps'][0]}-{f['steps'][-1]}"
+            effect = (f"{span}: median step {fmt(f['median_step_s_during'], ' s')} "
+                      f"(other steps {fmt(f['median_step_s_outside'], ' s')})")
+        rows.append((f"fault {f['fault']}", effect))
+    if s.error:
+        rows.append(("error", s.error))
+    for k, v in rows:
+        table.add_row(escape(k), escape(v))         # workers' errors quote C++ paths in [brackets]
+    Console().print(table)
+
+
+def print_report(r: dict) -> None:
+    """The break-even table, the fastest method per setting, the model's fit and the projection."""
+    from ..analysis import report as report_
+    terminal = Console(width=max(Console().width, 120))
+    table = Table(title="break-even bandwidth (below it the method's steps are faster than none's)")
+    for col in ("setting", "method", "break-even", "convergence"):
+        table.add_column(col)
+    for b in r["break_even"]:
+        table.add_row(b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-")
+    terminal.print(table)
+    for group, best in r["best"].items():
+        terminal.print(f"fastest, {group}: " + ", ".join(f"{report_.fmt_bw(b['bw_bps'])} {b['compressor']}" for b in best))
+    if not r["model"]:
+        terminal.print(report_.NO_MODEL)
+    for variant, m in r["model"].items():
+        terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
+                       f"median |error| {report_.pct(m['median_abs_error'])} over {m['predicted_cells']} predicted cells, "
+                       f"{len(m['misses'])} off by more than 10 % (each with its reason in report.html)")
+    if r["projection"] and r["projection"]["rows"]:
+        proj = r["projection"]
+        table = Table(title=f"projected break-even bandwidth: {proj['label']}")
+        for col in ["setting", "method"] + [f"{p} nodes" for p in proj["nodes"]]:
+            table.add_column(col)
+        for row in proj["rows"]:
+            table.add_row(f"{row['workload']}, batch {row['batch_size']}", row["compressor"],
+                          *[report_.fmt_bw(v) if isinstance(v, float) else v for v in row["break_even_bps"].values()])
+        terminal.print(table)
+
+
+def calibration_table(cluster_id: str, paths: list) -> Table:
+    table = Table(title=f"calibration of gct-{cluster_id}")
+    for col in ("path", "tool", "target", "wire rate", "goodput", "target RTT", "RTT idle", "RTT loaded", ""):
+        table.add_column(col)
+    for p in paths:
+        table.add_row(f"{p.src} -> {p.dst}", p.tool, format_rate(p.target_bps), fmt(p.wire_bps, " Mbit/s", 1e6),
+                      fmt(p.goodput_bps, " Mbit/s", 1e6), fmt(p.target_rtt_s, " ms", 1e-3),
+                      fmt(p.rtt_idle_s, " ms", 1e-3), fmt(p.rtt_loaded_s, " ms", 1e-3), p.miss and "MISS" or "ok")
+    return table
+
+
+def compressors_table(rows: list[dict]) -> Table:
+    table = Table(title="compressors (--compressor NAME:key=value,...)", show_lines=True)
+    for col in ("name", "collective", "options (default)", "what", "paper"):
+        table.add_column(col)
+    for r in rows:
+        opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"]) or "-"
+        table.add_row(r["name"], r["collective"], opts, r["summary"], r["paper"] or "-")
+    return table
+
+
+def doctor_table(checks: list) -> Table:
+    table = Table(title="gctestbed doctor")
+    for col in ("", "check", "found", "without it", "to get it"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row("[green]ok[/]" if c.ok else "[red]--[/]", c.name, c.detail, "" if c.ok else c.disables,
+                      "" if c.ok else c.fix)
+    return table
+
+
+def convergence_table(report: dict, nodes: int, steps: int) -> Table:
+    table = Table(title=f"bench convergence: {nodes} nodes, {steps} steps, mlp {report['workload']['mlp']}",
+                  caption=f"steps to target: first step whose 10-step mean loss <= {fmt(report['target_loss'], digits=4)}"
+                          " (none's final x 1.05)")
+    for col in ("method", "options", "final loss", "held-out loss", "accuracy", "vs none", "steps to target",
+                "bytes vs none"):
+        table.add_column(col, justify="right")
+    for name, r in report["methods"].items():
+        table.add_row(name, r["compressor"].partition(":")[2] or "-",
+                      "diverged" if r["diverged"] else fmt(r["final_loss"], digits=4),
+                      fmt(r["eval_loss"], digits=4), fmt(r["eval_accuracy"] * 100 if r["eval_accuracy"] is not None else None, "%", digits=4),
+                      fmt(r.get("accuracy_vs_none", 0) * 100 if r.get("accuracy_vs_none") is not None else None, " pt", digits=2),
+                      str(r.get("steps_to_target") or "never"), fmt(r.get("bytes_vs_none"), "x", digits=3))
+    return table
+
+
+
+def listing_table(rows: list[dict]) -> Table:
+    table = Table()
+    for col in ("name", "kind", "alive", "nodes", "subnet", "delay"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["kind"], "yes" if r["alive"] else "no (gctestbed clean)", str(r["nodes"]),
+                      r["subnet"], r["latency_impl"] or "-")
+    return table
+
+
+def cluster_table(state) -> Table:
+    """The nodes of a cluster 'up' built (its ledger)."""
+    table = Table(title=f"gct-{state.run_id}  (delay: {state.meta['latency_impl']}, subnet {state.subnet})")
+    for col in ("node", "namespace", "address"):
+        table.add_column(col)
+    for n in state.meta["nodes"]:
+        table.add_row(str(n["rank"]), n["netns"], n["address"])
+    return table

@@ -1,0 +1,237 @@
+"""run, sweep, report, show, clean, compressors and verify: the commands that train and read the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from .. import compress, flags, results, runner
+from .. import sweep as sweep_
+from .. import verify as verify_
+from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, format_duration, format_rate, parse_rate
+
+from . import console, main
+from .options import calibration_options, network_options, training_options
+from .render import bench_report, compressors_table, print_report, print_summary, verify_table
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@network_options
+@calibration_options
+@training_options
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
+              help="netns: nodes are network namespaces on this host; docker: containers of the gctestbed-node "
+                   "image ('gctestbed image build'), shaped the same way.")
+@click.option("--fault", "faults", multiple=True, metavar="FAULT",
+              help="Break a node's link mid-run, counted from the first step (repeatable): "
+                   "link-down:node=1,at=10s,for=2s takes both ends of its cable down; "
+                   "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
+        kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, faults, results_dir,
+        command):
+    """Train once on N shaped nodes and record every step.
+
+    With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
+    torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
+    in it installs --compressor and records each step (see docs/guide.md).
+    """
+    spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                            latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
+                            workload=workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                            bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
+                            accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
+                            launcher=launcher, faults=faults)
+    console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
+                  f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
+                  f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
+        task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
+
+        def progress(done: int, total: int, row: dict) -> None:
+            loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
+            bar.update(task, completed=done, info=f"{loss_text}step {row['step_s']:.3f}s")
+
+        try:
+            summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
+        except runner.Interrupted as e:
+            console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
+            sys.exit(130)
+    print_summary(summary)
+    if summary.status != "ok":
+        click.echo(f"gctestbed: run {summary.run_id} failed: {summary.error}", err=True)
+        sys.exit(1)
+
+
+def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
+    """Values of one sweep axis as typed: repeatable flags, each a list (';' between compressors
+    or workloads, whose options contain commas; ',' elsewhere)."""
+    sep = ";" if axis in ("compressor", "workload") else ","
+    return [v.strip() for g in given for v in g.split(sep) if v.strip()]
+
+
+@main.command()
+@click.option("--preset", type=click.Choice(sorted(sweep_.PRESETS)), default=None,
+              help="quick: the FC-heavy mlp on 2 nodes, 5 methods x 6 bandwidths x 2 modes (about 10 minutes on "
+                   "2 cores); paper: every workload and the main methods on 2 and 4 nodes (hours). Axes given as "
+                   "flags replace the preset's.")
+@click.option("--bw", multiple=True, help="Bandwidths, comma-separated or repeated (tc units: mbit = bits/s).")
+@click.option("--latency", multiple=True, help="One-way latencies, e.g. 0,1ms,10ms.")
+@click.option("--compressor", multiple=True, help="Methods, separated by ';' or repeated: 'none;dgc:ratio=0.01;fp16'.")
+@click.option("--nodes", multiple=True, help="Node counts, e.g. 2,4.")
+@click.option("--workload", multiple=True, help="Workloads, separated by ';' or repeated: 'mlp;cnn:width=16'.")
+@click.option("--batch-size", multiple=True, help="Samples per node per step, e.g. 32,128.")
+@click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
+@click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
+@click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
+@click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
+@click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default=flags.DEFAULTS["kernels"],
+              show_default=True, help="Compressor kernels, as for run.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
+              help="Where the nodes run, as for run.")
+@click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="SGD learning rate.")
+@click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of model and data.")
+@click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
+              help="Calibrate links: at the first cell of each link setting, before every cell, or never.")
+@click.option("--accept-miss", is_flag=True, help="Train even when calibration misses.")
+@click.option("--name", default=None, help="Sweep name (default: derived from the grid, so the same command resumes).")
+@click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
+@click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
+def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+          results_dir, **axes):
+    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
+    resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
+    shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
+                  results_dir=results_dir)
+    grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
+        axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
+    for axis, given in axes.items():
+        if given:
+            grid.axes[axis] = _axis_values(axis, given)
+    grid.steps = steps if steps is not None else grid.steps
+    grid.repeat = repeat if repeat is not None else grid.repeat
+    grid.bucket_cap_mb = bucket_cap_mb if bucket_cap_mb is not None else grid.bucket_cap_mb
+    name = name or grid.default_name()
+    cells = sweep_.plan(grid)
+    left = sweep_.todo(cells, name, results_dir, retry_failed)
+    console.print(f"[bold]sweep {name}[/]: {len(cells)} cells, {len(cells) - len(left)} already done, "
+                  f"{len(left)} to run ({results_dir})")
+    if dry_run:
+        for c in left:
+            click.echo(f"{c.repeat}  {c.key}")
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  TextColumn("{task.fields[info]}"), console=console) as bar:
+        task = bar.add_task(name, total=len(cells), completed=len(cells) - len(left), info="")
+
+        def started(cell):
+            p = cell.params
+            bar.update(task, info=f"{p['compressor']} @ {p['bw']} {p['mode']} (repeat {cell.repeat + 1})")
+
+        def done(cell, summary):
+            bar.update(task, advance=1)
+            if summary.status != "ok":
+                console.print(f"cell {escape(cell.key)} failed: {escape(summary.error or '')}")
+
+        try:
+            counts = sweep_.run(grid, name, left, started, done)
+        except (runner.Interrupted, KeyboardInterrupt):
+            console.print(f"interrupted: the current cell was torn down; run the same command again to resume {name}")
+            sys.exit(130)
+    click.echo(f"sweep {name}: {counts['ok']} ok, {counts['failed']} failed; "
+               f"report with: gctestbed report {results_dir} --sweep {name}")
+
+
+@main.command()
+@click.argument("results_dir", default=flags.DEFAULTS["results_dir"], required=False)
+@click.option("--out", default=None, help="Where to write the PNGs, report.html, cells.csv and report.json "
+                                          "(default: RESULTS/report).")
+@click.option("--sweep", "sweep_name", default=None, help="Only this sweep's cells (default: every sweep in the store).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the tables.")
+def report(results_dir, out, sweep_name, as_json):
+    """Break-even bandwidths, the fitted performance model and pictures from a results store."""
+    from ..analysis import report as report_
+    out = out or os.path.join(results_dir, "report")
+    with console.status("analysing and drawing"):
+        r = report_.build(results_dir, out, sweep_name)
+    if as_json:
+        click.echo(json.dumps(r, indent=2, default=str))
+        return
+    print_report(r)
+    click.echo(f"report: {os.path.join(out, 'report.html')} ({len(r['pictures'])} pictures, cells.csv, report.json)")
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--all", "show_all", is_flag=True, help="Summarise every stored run.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
+def show(run_id, as_json, show_all, results_dir):
+    """Summarise a run (the latest when RUN_ID is omitted; a prefix of the id is enough)."""
+    conn = results.connect(results_dir, create=False)
+    rows = [results.find_run(conn, r["run_id"]) for r in results.list_runs(conn)] if show_all else [results.find_run(conn, run_id)]
+    summaries = [results.summarize(conn, r) for r in rows]
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in summaries] if show_all else summaries[0].to_dict(), indent=2))
+    else:
+        for s in summaries:
+            print_summary(s)
+
+
+@main.command()
+def clean():
+    """Remove namespaces, links, qdiscs and processes left by runs whose gctestbed process died."""
+    run_ids, problems = runner.clean()
+    for run_id in run_ids:
+        click.echo(f"cleaned run {run_id}")
+    if not run_ids:
+        click.echo("nothing to clean")
+    if problems:
+        click.echo("could not remove: " + "; ".join(problems), err=True)
+        sys.exit(1)
+
+
+@main.command(name="compressors")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def compressors_(as_json):
+    """List every compression method: collective, options with defaults, paper."""
+    rows = compress.registry.describe()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    Console().print(compressors_table(rows))
+
+
+@main.command(name="verify")
+@click.option("--compressor", multiple=True,
+              help="Methods to check, separated by ';' or repeated, with options if wanted (default: all 17).")
+@click.option("--nodes", default=2, show_default=True, help="Nodes of the job.")
+@click.option("--bw", default="1gbit", show_default=True, help="Link rate of every node (tc units: mbit = bits/s).")
+@click.option("--steps", default=verify_.STEPS, show_default=True, help="Training steps per method (the first two are not judged).")
+@click.option("--results", "results_dir", default="results/verify", show_default=True, help="Results directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def verify(compressor, nodes, bw, steps, results_dir, as_json):
+    """Check every method against its paper's contract on a small shaped job beside 'none': exchanges
+    per step, rounds and collectives, elements chosen, payload terms, and the interface counters.
+    Exits 1 when any method breaks its contract."""
+    methods = verify_.methods_from(compressor)
+    if nodes < 2 or steps < 4:
+        raise SpecError("--nodes must be at least 2 and --steps at least 4 (the first two steps are not judged).")
+    parse_rate(bw)
+    report = bench_report("verify", lambda phase: verify_.run(methods, nodes, bw, steps, results_dir,
+                                                             lambda m: phase(f"verify: {m}")),
+                           verify_table, as_json, width=140)
+    if not report["ok"]:
+        rows = report["methods"] + ([report["none"]] if report["none"] not in report["methods"] else [])
+        broken = [r["method"] for r in rows if not r["ok"]]
+        click.echo(f"gctestbed: {len(broken)} method(s) broke their contract: {', '.join(broken)}", err=True)
+        sys.exit(1)
+
