@@ -84,7 +84,8 @@ class Session:
     def calibrate(self, measure: Callable[[], list[calibrate.PathResult]]) -> str | None:
         """Store every path ``measure`` returns; the error that stops the run when one misses."""
         paths = measure()
-        for p in paths:
+        stored = self.shared and results.has_calibration(self.recorder.conn, self.spec.run_id)   # another host did
+        for p in paths if not stored else []:
             self.recorder.calibration(p.to_dict())
         misses = [p.miss for p in paths if p.miss]
         if misses and not self.spec.accept_miss:
@@ -102,7 +103,7 @@ class Session:
             self.recorder.update_environment(qdisc_stats=counters())
         self.recorder.finish_run(status, error)
 
-    def summary(self) -> dict:
+    def summary(self) -> results.RunSummary:
         """The run's summary from the store (results.summarize), then the store is closed."""
         summary = results.summarize(self.recorder.conn, results.find_run(self.recorder.conn, self.spec.run_id))
         self.close()

@@ -17,7 +17,7 @@ import sys
 
 import psutil
 
-from ..net import nic
+from ..net import calibrate, nic
 from ..session import Session, resolve
 from ..spec import Direction, RunSpec
 from .nodeenv import node_environment
@@ -45,8 +45,28 @@ def hosts_rendezvous(rdzv: str) -> bool:
     return bool(wanted & mine)
 
 
+def _torchrun(spec: RunSpec, rdzv: str, rdzv_id: str, ifname: str, module: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", rdzv_id, "--max-restarts", "0",
+            "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
+            *(["--local-addr", _address(ifname)] if _address(ifname) else []),   # not the host name: it may
+            "-m", module, *args]                                                  # resolve off the shaped NIC
+
+
+def _wait(argv: list[str], env: dict, log: str) -> int:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+
+
 def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool) -> int:
-    """Shape ``dev`` (if asked), run the worker under torchrun, unshape; returns torchrun's status.
+    """Shape ``dev`` (if asked), calibrate the hosts' paths (when shaped), run the worker under
+    torchrun, unshape; returns the exit status (torchrun's, or 1 when calibration stopped the run).
     The run's records are a Session's, as for every launcher; hosts sharing one store start the
     run once."""
     ifname = dev or "eth0"
@@ -56,11 +76,7 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
                                                               os.cpu_count() or 1, ifname).items()
                             if k.startswith(("NCCL_", "GLOO_", "GCTESTBED_"))},
            "GCTESTBED_GATHER": "1", "GCTESTBED_CUDA_DEVICE": "0"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), "--nproc-per-node", "1",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", spec.run_id, "--max-restarts", "0",
-            "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
-            *(["--local-addr", _address(ifname)] if _address(ifname) else []),   # not the host name: it may
-            "-m", "gctestbed.worker", session.spec_path]                         # resolve off the shaped NIC
+    me = f"{os.uname().nodename}-{_address(ifname) or os.getpid()}"
     shaped = False
     status, error = 1, None
     try:
@@ -69,16 +85,20 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
             nic.shape(dev, Direction(link.bw_bps, link.latency_s, link.jitter_s, link.loss_pct), state_dir(), force)
             shaped = True
         session.start("hosts", nic.describe(ifname), rdzv=rdzv, dev=dev)
-        log = session.log_path(f"node-{os.uname().nodename}-{_address(ifname) or os.getpid()}")
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                status = proc.wait()
-            except KeyboardInterrupt:
-                os.killpg(proc.pid, signal.SIGTERM)
-                status = proc.wait()
-                raise
-        error = None if status == 0 else f"torchrun on {os.uname().nodename} exited with {status}"
+        log = session.log_path(f"node-{me}")
+        if shaped and spec.calibrate and spec.nodes > 1:
+            out = os.path.join(session.run_dir, f"calibration-{me}.json")
+            code = _wait(_torchrun(spec, rdzv, f"{spec.run_id}-calibrate", ifname, "gctestbed.launch.hostcal",
+                                   [session.spec_path, out]), env, log)
+            if code != 0:
+                error = f"calibrating the hosts' paths failed on {os.uname().nodename} (torchrun exited with {code}; see {log})"
+            else:
+                error = session.calibrate(lambda: calibrate.load(out))
+        if error is None:
+            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.worker", [session.spec_path]), env, log)
+            error = None if status == 0 else f"torchrun on {os.uname().nodename} exited with {status}"
+        else:
+            status = 1
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise

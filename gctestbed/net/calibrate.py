@@ -14,7 +14,7 @@ import json
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ..spec import TopologySpec
 from . import measure, namespaces
@@ -53,6 +53,14 @@ class PathResult:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "rate_error": self.rate_error, "miss": self.miss}
+
+
+def load(path: str) -> list[PathResult]:
+    """Paths written as to_dict() rows (launch/hostcal.py)."""
+    with open(path) as f:
+        rows = json.load(f)
+    names = [f.name for f in fields(PathResult)]
+    return [PathResult(**{k: row[k] for k in names}) for row in rows]
 
 
 def pairs(n: int) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ queue behind bulk traffic exactly as a collective's messages would.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import socket
@@ -19,6 +20,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pyroute2 import netns
 
@@ -35,7 +37,7 @@ class Throughput:
     rtt_loaded_s: list[float] = field(default_factory=list)
 
 
-def sender_class_bytes(ns: str, ifname: str) -> int | None:
+def sender_class_bytes(ns: str | None, ifname: str) -> int | None:
     with namespaces.iproute(ns) as ipr:
         classes = shaping.describe(ipr, ifname)["classes"]
     return classes[0].get("sent_bytes") if classes else None
@@ -153,61 +155,91 @@ def loss_fraction(client_ns: str, server_ns: str, server_addr: str, count: int =
     return 1 - len(back & set(range(count))) / count
 
 
-def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0, warmup_s: float = 1.0,
-               probe_rtt: bool = False, port: int = TCP_PORT) -> Throughput:
-    """One TCP stream from ``client_ns`` to ``server_addr``, measured after a warm-up (slow start)."""
-    server = netns.create_socket(server_ns)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind((server_addr, port))
-    server.listen(1)
-    server.settimeout(10)
-    window: dict[str, float] = {}
+class Sink:
+    """A TCP receiver in namespace ``ns`` (this process's when None) for one stream: the bytes
+    that arrive after ``warmup_s``, over the time they took, are the goodput."""
 
-    def receive() -> None:
-        conn, _ = server.accept()
-        with conn:
-            start = time.perf_counter()
-            counted = 0
-            while data := conn.recv(CHUNK):
-                now = time.perf_counter()
-                if now - start >= warmup_s:
-                    window.setdefault("t0", now)
-                    counted += len(data)
-                    window["t1"], window["bytes"] = now, counted
+    def __init__(self, ns: str | None, addr: str, warmup_s: float, port: int = TCP_PORT):
+        self.addr, self.port, self.warmup_s = addr, port, warmup_s
+        self.server = netns.create_socket(ns)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind((addr, port))
+        self.server.listen(1)
+        self.server.settimeout(10)
+        self.window: dict[str, float] = {}
+        self.thread = threading.Thread(target=self._receive, daemon=True)
+        self.thread.start()
 
-    receiver = threading.Thread(target=receive, daemon=True)
-    receiver.start()
+    def _receive(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.server.accept()
+            with conn:
+                start = time.perf_counter()
+                counted = 0
+                while data := conn.recv(CHUNK):
+                    now = time.perf_counter()
+                    if now - start >= self.warmup_s:
+                        self.window.setdefault("t0", now)
+                        counted += len(data)
+                        self.window["t1"], self.window["bytes"] = now, counted
+
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(timeout=30)
+
+    def goodput_bps(self) -> float:
+        """Once the sender has closed: the goodput, or RuntimeError when nothing arrived after the warm-up."""
+        self.thread.join(timeout=30)
+        self.server.close()
+        span = self.window.get("t1", 0.0) - self.window.get("t0", 0.0)
+        if span <= 0:
+            raise RuntimeError(f"no data reached {self.addr}:{self.port} after the warm-up")
+        return self.window["bytes"] * 8 / span
+
+
+def send(client_ns: str | None, addr: str, seconds: float, warmup_s: float, ifname: str = "eth0",
+         probe_rtt: Callable[[], list[float]] | None = None, port: int = TCP_PORT) -> tuple[float | None, list[float]]:
+    """One TCP stream from ``client_ns`` to a Sink at ``addr`` for ``warmup_s + seconds``: the wire
+    rate the sender's htb class on ``ifname`` let through after the warm-up (None where it has none),
+    and the RTTs ``probe_rtt`` took under that load."""
     client = netns.create_socket(client_ns)
     loaded: list[float] = []
     try:
         client.settimeout(10)
-        client.connect((server_addr, port))
+        client.connect((addr, port))
         payload = bytes(CHUNK)
         start = time.perf_counter()
         wire0 = wire1 = None
         prober = None
         while (elapsed := time.perf_counter() - start) < warmup_s + seconds:
             if wire0 is None and elapsed >= warmup_s:
-                wire0 = (time.perf_counter(), sender_class_bytes(client_ns, "eth0"))
+                wire0 = (time.perf_counter(), sender_class_bytes(client_ns, ifname))
                 if probe_rtt:
-                    prober = threading.Thread(target=lambda: loaded.extend(
-                        loaded_rtts(client_ns, server_ns, server_addr, 10, seconds / 12)), daemon=True)
+                    prober = threading.Thread(target=lambda: loaded.extend(probe_rtt()), daemon=True)
                     prober.start()
             client.sendall(payload)
-        wire1 = (time.perf_counter(), sender_class_bytes(client_ns, "eth0"))
+        wire1 = (time.perf_counter(), sender_class_bytes(client_ns, ifname))
         if prober:
             prober.join()
     finally:
         client.close()
-        receiver.join(timeout=30)
-        server.close()
-    span = window.get("t1", 0.0) - window.get("t0", 0.0)
-    if span <= 0:
-        raise RuntimeError(f"no data reached {server_addr}:{port} after the warm-up")
     wire = None
     if wire0 and wire0[1] is not None and wire1[1] is not None and wire1[0] > wire0[0]:
         wire = (wire1[1] - wire0[1]) * 8 / (wire1[0] - wire0[0])
-    return Throughput(goodput_bps=window["bytes"] * 8 / span, wire_bps=wire, rtt_loaded_s=loaded)
+    return wire, loaded
+
+
+def throughput(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0, warmup_s: float = 1.0,
+               probe_rtt: bool = False, port: int = TCP_PORT) -> Throughput:
+    """One TCP stream from ``client_ns`` to ``server_addr``, measured after a warm-up (slow start)."""
+    sink = Sink(server_ns, server_addr, warmup_s, port)
+    probe = (lambda: loaded_rtts(client_ns, server_ns, server_addr, 10, seconds / 12)) if probe_rtt else None
+    try:
+        wire, loaded = send(client_ns, server_addr, seconds, warmup_s, probe_rtt=probe, port=port)
+    except BaseException:
+        sink.close()
+        raise
+    return Throughput(goodput_bps=sink.goodput_bps(), wire_bps=wire, rtt_loaded_s=loaded)
 
 
 def throughput_bps(server_ns: str, server_addr: str, client_ns: str, seconds: float = 3.0) -> float:

@@ -71,9 +71,9 @@ def enter(name: str) -> None:
     netns.setns(name, flags=0)
 
 
-def popen(name: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
-    """Start ``argv`` inside namespace ``name`` (argv list, never a shell)."""
-    return subprocess.Popen(argv, preexec_fn=lambda: enter(name), **kwargs)
+def popen(name: str | None, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``name``, this process's when None (argv list, never a shell)."""
+    return subprocess.Popen(argv, preexec_fn=(lambda: enter(name)) if name is not None else None, **kwargs)
 
 
 def write_sysctl(name: str, key: str, value: str) -> None:

@@ -1,0 +1,106 @@
+"""Calibration across real hosts, before a hosts run trains: ``python -m gctestbed.launch.hostcal
+SPEC.json OUT.json`` under torchrun, one process per host.
+
+A netns run measures every path from one process, which sees every namespace; hosts see only
+themselves, so here each host measures its own side and the hosts take turns over a Gloo group.
+Around the ring, one pair at a time, the receiving host runs a TCP sink and a UDP echo on its
+address, and the sending host measures idle RTT (ping, else the echo), then sends one TCP stream,
+reading the wire rate from its own NIC's htb class and RTT under that load. The goodput comes back
+from the receiver. Each path's target is the sender's shaped rate and the sum of both hosts'
+delays. Every host writes the same list of paths to OUT.json (numbered by this job's ranks), for
+its Session to judge and store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from datetime import timedelta
+
+import psutil
+import torch.distributed as dist
+
+from ..net import calibrate, measure
+from ..spec import RunSpec
+
+SECONDS, WARMUP_S = 1.5, 1.0
+PORT = calibrate.IPERF_PORT + 1
+
+
+def _address(ifname: str) -> str:
+    found = next((a.address for a in psutil.net_if_addrs().get(ifname, []) if a.family == socket.AF_INET), None)
+    if found is None:
+        raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
+    return found
+
+
+def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
+    """RTTs to ``addr`` from this host: ICMP where ping is installed, else the peer's UDP echo."""
+    if shutil.which("ping"):
+        return measure.icmp_rtts(None, addr, count, interval_s, skip_first=first)
+    if first:
+        measure.ping(None, addr, 1, 0.0, timeout_s=1.0)
+    return measure.ping(None, addr, count, interval_s, timeout_s=2.0)[0]
+
+
+def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[calibrate.PathResult]:
+    """Every ring path, one at a time; the same list on every host."""
+    me = (_address(ifname), spec.link.bw_bps, spec.link.latency_s)
+    hosts: list = [None] * world
+    dist.all_gather_object(hosts, me)
+    paths = []
+    for src, dst in calibrate.pairs(world):
+        sink = echo = None
+        if rank == dst:
+            sink = measure.Sink(None, me[0], WARMUP_S, PORT)
+            echo = measure.Echo(None, me[0]).__enter__()
+        dist.barrier()
+        sent: tuple | str | None = None
+        goodput = None
+        try:
+            if rank == src:
+                peer = hosts[dst][0]
+                try:
+                    idle = measure.median(_rtts(peer, 10, 0.02, first=True))
+                    wire, loaded = measure.send(None, peer, SECONDS, WARMUP_S, ifname, port=PORT,
+                                                probe_rtt=lambda: _rtts(peer, 10, SECONDS / 12, first=False))
+                    sent = (idle, wire, measure.median(loaded))
+                except OSError as e:            # the peer cannot be reached: every host says so, none hangs
+                    sent = f"{type(e).__name__}: {e}"
+            if sink:
+                try:
+                    goodput = sink.goodput_bps()
+                except RuntimeError:
+                    goodput = None
+        finally:
+            if echo:
+                echo.__exit__(None, None, None)
+        both: list = [None] * world
+        dist.all_gather_object(both, (sent, goodput))
+        if isinstance(both[src][0], str):
+            raise SystemExit(f"gctestbed: calibration from {hosts[src][0]} to {hosts[dst][0]} failed: {both[src][0]}")
+        idle, wire, loaded = both[src][0]
+        paths.append(calibrate.PathResult(src, dst, "builtin", hosts[src][1], hosts[src][2] + hosts[dst][2], wire,
+                                          both[dst][1], idle, loaded))
+    return paths
+
+
+def main(argv: list[str]) -> None:
+    spec_path, out = argv
+    with open(spec_path) as f:
+        spec = RunSpec.from_json(f.read())
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
+    try:
+        paths = measure_ring(spec, rank, world, os.environ.get("GCTESTBED_IFNAME", "eth0"))
+    finally:
+        dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump([p.to_dict() for p in paths], f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
