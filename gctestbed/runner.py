@@ -82,14 +82,14 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
         raise
     finally:
         with _signals_ignored():
-            counters = cluster.final_counters if cluster is not None else dict
+            stats = Session.read_counters(cluster.final_counters) if session is not None else None   # before teardown
             problems = cluster.down() if cluster is not None else state.undo()
             if problems:
                 error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)
                 status = "failed"
             if session is not None:
                 try:
-                    session.finish(status, error, counters)
+                    session.finish(status, error, stats)
                 except results.StoreError:       # disk full, locked: keep the outcome for 'gctestbed clean'
                     state.objects = []
                     state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})

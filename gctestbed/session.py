@@ -94,13 +94,23 @@ class Session:
                     "--no-calibrate skips)")
         return None
 
-    def finish(self, status: str, error: str | None, counters: Callable[[], dict]) -> None:
-        """Store the qdisc statistics ``counters`` reads (best effort: the shaping may be gone) and
-        the run's outcome. StoreError propagates: the caller keeps the outcome for 'gctestbed clean'."""
+    @staticmethod
+    def read_counters(read: Callable[[], dict]) -> dict | None:
+        """The qdisc statistics ``read`` returns, while the shaping still exists (before teardown);
+        None where they cannot be read (a network that was never built, or half torn down)."""
+        try:
+            return read()
+        except Exception:  # noqa: BLE001 - best effort: the run's outcome matters more
+            return None
+
+    def finish(self, status: str, error: str | None, qdisc_stats: dict | None) -> None:
+        """Store the qdisc statistics (read before teardown) and the run's outcome. StoreError
+        propagates: the caller keeps the outcome for 'gctestbed clean'."""
         if self.recorder is None:
             return
-        with contextlib.suppress(Exception):
-            self.recorder.update_environment(qdisc_stats=counters())
+        if qdisc_stats is not None:
+            with contextlib.suppress(results.StoreError):
+                self.recorder.update_environment(qdisc_stats=qdisc_stats)
         self.recorder.finish_run(status, error)
 
     def summary(self) -> results.RunSummary:

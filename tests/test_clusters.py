@@ -104,3 +104,5 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     assert set(netns["environment"]) <= set(hosts["environment"])
     assert hosts["environment"]["launcher"] == "hosts" and hosts["latency_impl"] == "none"
     assert [c["rate_bps"] for c in hosts["environment"]["qdisc_stats"]["qdiscs"]["eth0"]["classes"]] == [200_000_000]
+    sent = [c["sent_bytes"] for q in netns["environment"]["qdisc_stats"]["qdiscs"].values() for c in q["classes"]]
+    assert sent and all(b > 0 for b in sent)           # every shaped egress, counted before teardown

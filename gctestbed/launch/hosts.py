@@ -104,7 +104,8 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
         raise
     finally:
         try:
-            session.finish("ok" if status == 0 and error is None else "failed", error, lambda: nic.describe(ifname))
+            session.finish("ok" if status == 0 and error is None else "failed", error,
+                           Session.read_counters(lambda: nic.describe(ifname)))         # before unshaping
         finally:
             session.close()
             if shaped:

@@ -62,7 +62,10 @@ def test_loss_drops_packets_on_that_link_only_and_shows_as_retransmissions(tmp_p
     rows = conn.execute("SELECT step, tx_bytes FROM steps WHERE rank=0 AND step>0 ORDER BY step").fetchall()
     conn.close()
     import json
-    lines = json.loads(env)["qdisc_stats"].get("delay_lines", {})
+    stats = json.loads(env)["qdisc_stats"]
+    assert stats["qdiscs"] and all(q["qdiscs"] for q in stats["qdiscs"].values())   # read before teardown
+    lines = stats.get("delay_lines", {})
+    assert bool(lines) == (s["latency_impl"] == "delayline")
     if lines:
         lost = {d: c["lost"] for d, c in lines.items()}
         assert all(v > 0 for d, v in lost.items() if "-n0/" in d), lost
