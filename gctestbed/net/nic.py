@@ -26,7 +26,9 @@ RESTORABLE = DEFAULT_KINDS + ("tbf",)
 
 
 def _state_path(directory: str, ifname: str) -> str:
-    return os.path.join(directory, f"shaped-{ifname}.json")
+    """Where ``ifname``'s saved qdisc lives: per network namespace, so two namespaces of one machine
+    (two emulated hosts, each with its own eth0) do not share one record."""
+    return os.path.join(directory, f"shaped-{os.stat('/proc/self/ns/net').st_ino}-{ifname}.json")
 
 
 def root_qdisc(ipr: IPRoute, ifname: str) -> dict:
