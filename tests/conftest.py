@@ -2,10 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
+import psutil
 import pytest
+
+# Test ledgers live on tmpfs like the product's, under one directory per pytest process (pid and
+# start time), not in pytest's temporary directories (which pytest deletes after three sessions).
+# A session killed mid-test (SIGKILL, a restarted machine session) leaves what its tests created
+# recorded there, and the next session undoes it before it starts.
+TEST_LEDGERS = Path("/run/gctestbed-tests")
+
+
+def _session_dir() -> Path:
+    me = psutil.Process()
+    return TEST_LEDGERS / f"{me.pid}-{me.create_time():.0f}"
+
+
+def pytest_sessionstart(session):
+    """Undo the ledgers of test sessions whose process is gone."""
+    if not TEST_LEDGERS.is_dir():
+        return
+    from gctestbed.launch.state import load
+    for directory in TEST_LEDGERS.iterdir():
+        pid, _, started = directory.name.partition("-")
+        try:
+            if abs(psutil.Process(int(pid)).create_time() - float(started)) < 1.0:
+                continue                          # a session still running
+        except (psutil.Error, ValueError):
+            pass
+        for path in directory.rglob("*.json"):
+            load(str(path)).undo()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """This session's ledger directory, once its tests have undone and removed their own."""
+    with contextlib.suppress(OSError):
+        _session_dir().rmdir()
 
 
 def _missing(marker: str) -> str | None:
@@ -55,12 +93,17 @@ def state_dir(tmp_path, monkeypatch):
     """A private ledger directory, so tests never see or clean a user's live runs. Whatever a
     test's runs still hold when it ends (a run cut short by a timeout, a failed assertion) is
     undone from these ledgers, so nothing outlives the test."""
-    directory = tmp_path / "state"
+    try:
+        _session_dir().mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="state-", dir=_session_dir()))
+    except PermissionError:                       # not root: nothing a test makes needs a ledger there
+        directory = tmp_path / "state"
     monkeypatch.setenv("GCTESTBED_STATE_DIR", str(directory))
     yield directory
     from gctestbed.launch.state import load_all
     for st in load_all():
         st.undo()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
@@ -55,21 +56,25 @@ def test_clean_after_kill_9_of_gctestbed_itself(tmp_path, state_dir):
     assert s["status"] == "failed" and "gctestbed clean" in s["error"]
 
 
-def test_clean_leaves_live_runs_and_foreign_namespaces_alone(tmp_path, state_dir):
+def test_clean_leaves_live_runs_and_foreign_namespaces_alone(tmp_path, state_dir, monkeypatch):
     from gctestbed.launch.state import RunState
     from gctestbed.net import namespaces
     live = RunState.create()
     foreign = f"gct-notours-{os.getpid()}"
+    with monkeypatch.context() as m:      # recorded where 'clean' does not look, for the next session
+        m.setenv("GCTESTBED_STATE_DIR", f"{state_dir}-foreign")     # to undo if this one is killed
+        keeper = RunState.create()
     try:
         live.add("netns", name=f"gct-{live.run_id}-sw")
         namespaces.create(f"gct-{live.run_id}-sw")
+        keeper.add("netns", name=foreign)
         namespaces.create(foreign)
         result = gctestbed("clean")
         assert result.returncode == 0 and "nothing to clean" in result.stdout
         assert namespaces.exists(f"gct-{live.run_id}-sw") and namespaces.exists(foreign)
     finally:
-        namespaces.remove(foreign)
-        assert live.undo() == []
+        assert keeper.undo() == [] and live.undo() == []
+        shutil.rmtree(f"{state_dir}-foreign", ignore_errors=True)
 
 
 def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
