@@ -166,13 +166,14 @@ class DockerCluster:
     def kill(proc) -> None:
         proc.kill()
 
+    def _image(self) -> dict:
+        return {"launcher": "docker", "image": image.tag(self.gpu), "offline_image": self.offline}
+
     def describe(self) -> dict:
-        return {**self.shaped.describe(), "launcher": "docker", "image": image.tag(self.gpu),
-                "offline_image": self.offline}
+        return {**self.shaped.describe(), **self._image()}
 
     def final_counters(self) -> dict:
-        return {**self.shaped.final_counters(), "launcher": "docker", "image": image.tag(self.gpu),
-                "offline_image": self.offline}
+        return {**self.shaped.final_counters(), **self._image()}
 
     def down(self) -> list[str]:
         return self.state.undo()

@@ -13,28 +13,20 @@ its Session to judge and store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import socket
 import sys
 from datetime import timedelta
 
-import psutil
 import torch.distributed as dist
 
-from ..net import calibrate, measure
+from ..net import calibrate, measure, nic
 from ..spec import RunSpec
 
 SECONDS, WARMUP_S = 1.5, 1.0
 PORT = calibrate.IPERF_PORT + 1
-
-
-def _address(ifname: str) -> str:
-    found = next((a.address for a in psutil.net_if_addrs().get(ifname, []) if a.family == socket.AF_INET), None)
-    if found is None:
-        raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
-    return found
 
 
 def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
@@ -48,19 +40,22 @@ def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
 
 def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[calibrate.PathResult]:
     """Every ring path, one at a time; the same list on every host."""
-    me = (_address(ifname), spec.link.bw_bps, spec.link.latency_s)
+    addr = nic.address(ifname)
+    if addr is None:
+        raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
+    me = (addr, spec.link.bw_bps, spec.link.latency_s)
     hosts: list = [None] * world
     dist.all_gather_object(hosts, me)
     paths = []
     for src, dst in calibrate.pairs(world):
-        sink = echo = None
-        if rank == dst:
-            sink = measure.Sink(None, me[0], WARMUP_S, PORT)
-            echo = measure.Echo(None, me[0]).__enter__()
-        dist.barrier()
-        sent: tuple | str | None = None
-        goodput = None
-        try:
+        sink = None
+        with contextlib.ExitStack() as receiving:
+            if rank == dst:
+                sink = measure.Sink(None, me[0], WARMUP_S, PORT)
+                receiving.enter_context(measure.Echo(None, me[0]))
+            dist.barrier()
+            sent: tuple | str | None = None
+            goodput = None
             if rank == src:
                 peer = hosts[dst][0]
                 try:
@@ -75,9 +70,6 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[cali
                     goodput = sink.goodput_bps()
                 except RuntimeError:
                     goodput = None
-        finally:
-            if echo:
-                echo.__exit__(None, None, None)
         both: list = [None] * world
         dist.all_gather_object(both, (sent, goodput))
         if isinstance(both[src][0], str):

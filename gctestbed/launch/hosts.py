@@ -29,10 +29,6 @@ def default_run_id(rdzv: str) -> str:
     return "h" + hashlib.sha256(rdzv.encode()).hexdigest()[:5]
 
 
-def _address(ifname: str) -> str | None:
-    return next((a.address for a in psutil.net_if_addrs().get(ifname, []) if a.family == socket.AF_INET), None)
-
-
 def hosts_rendezvous(rdzv: str) -> bool:
     """Whether the rendezvous address is one of this host's: that node runs the c10d store
     (torchrun's own test compares host names only, which misses an address on a second NIC)."""
@@ -49,7 +45,7 @@ def _torchrun(spec: RunSpec, rdzv: str, rdzv_id: str, ifname: str, module: str, 
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", rdzv_id, "--max-restarts", "0",
             "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
-            *(["--local-addr", _address(ifname)] if _address(ifname) else []),   # not the host name: it may
+            *(["--local-addr", nic.address(ifname)] if nic.address(ifname) else []),   # not the host name: it may
             "-m", module, *args]                                                  # resolve off the shaped NIC
 
 
@@ -76,7 +72,7 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
                                                               os.cpu_count() or 1, ifname).items()
                             if k.startswith(("NCCL_", "GLOO_", "GCTESTBED_"))},
            "GCTESTBED_GATHER": "1", "GCTESTBED_CUDA_DEVICE": "0"}
-    me = f"{os.uname().nodename}-{_address(ifname) or os.getpid()}"
+    me = f"{os.uname().nodename}-{nic.address(ifname) or os.getpid()}"
     shaped = False
     status, error = 1, None
     try:

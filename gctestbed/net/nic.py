@@ -14,7 +14,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 
+import psutil
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -23,6 +25,11 @@ from . import shaping
 
 DEFAULT_KINDS = ("noqueue", "pfifo_fast", "mq", "fq_codel", "pfifo", "fq")   # what a kernel attaches by itself
 RESTORABLE = DEFAULT_KINDS + ("tbf",)
+
+
+def address(ifname: str) -> str | None:
+    """The IPv4 address of ``ifname`` in this namespace, or None."""
+    return next((a.address for a in psutil.net_if_addrs().get(ifname, []) if a.family == socket.AF_INET), None)
 
 
 def _state_path(directory: str, ifname: str) -> str:
