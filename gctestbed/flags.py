@@ -6,7 +6,7 @@ naming the accepted forms.
 
 from __future__ import annotations
 
-from . import compress, topofile, workloads
+from . import compress, optimizers, topofile, workloads
 from .spec import (LinkSpec, RunSpec, SpecError, format_duration, parse_choice, parse_duration, parse_fault,
                    parse_percent, parse_rate, resolve_options)
 
@@ -27,7 +27,8 @@ DEFAULTS: dict[str, str] = {
         ("latency_impl", "latency_impl"), ("compressor", "compressor"), ("workload", "workload"), ("steps", "steps"),
         ("batch_size", "batch_size"), ("lr", "lr"), ("seed", "seed"), ("bucket_cap_mb", "bucket_cap_mb"),
         ("timeout", "timeout_s"), ("results_dir", "results_dir"), ("kernels", "kernels"), ("mode", "mode"),
-        ("launcher", "launcher"), ("backend", "backend"), ("device", "device"))},
+        ("launcher", "launcher"), ("backend", "backend"), ("device", "device"), ("optimizer", "optimizer"),
+        ("eval_every", "eval_every"))},
 }
 
 
@@ -38,9 +39,12 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                bw_down=None, jitter=DEFAULTS["jitter"], loss=DEFAULTS["loss"], latency_impl=DEFAULTS["latency_impl"],
                topology_file=None, calibrate=True, accept_miss=False, kernels=DEFAULTS["kernels"],
                mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
-               backend=DEFAULTS["backend"], device=DEFAULTS["device"], run_id="") -> RunSpec:
+               backend=DEFAULTS["backend"], device=DEFAULTS["device"], optimizer=DEFAULTS["optimizer"],
+               eval_every=DEFAULTS["eval_every"], run_id="") -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
+    opt_name, opt_options = optimizers.resolve(optimizer)
+    optimizers.check(opt_name, comp_name, compress.create(comp_name, comp_options, kernels="torch").momentum_inside)
     if not command:
         wl_name, wl_options = resolve_workload(workload)
     else:                           # the user's own program is the workload
@@ -61,7 +65,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                    calibrate=calibrate, accept_miss=accept_miss,
                    compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
                    steps=_int("--steps", steps), batch_size=_int("--batch-size", batch_size), lr=_float("--lr", lr),
-                   seed=_int("--seed", seed), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
+                   seed=_int("--seed", seed), optimizer=opt_name, optimizer_options=opt_options,
+                   eval_every=_int("--eval-every", eval_every), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
                    mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults],
                    backend=backend, device=device, run_id=run_id)

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes")
@@ -46,7 +46,16 @@ CREATE TABLE IF NOT EXISTS nodes (
     param_sha256 TEXT,
     eval_loss    REAL,           -- the workload's held-out evaluation after the last step
     eval_accuracy REAL,
+    eval_samples INTEGER,        -- how many held-out samples (or tokens) the accuracy counts
     PRIMARY KEY (run_id, rank)
+);
+CREATE TABLE IF NOT EXISTS evals (         -- held-out loss and accuracy during training (rank 0's replica)
+    run_id   TEXT NOT NULL REFERENCES runs(run_id),
+    step     INTEGER NOT NULL,       -- steps done when it was taken
+    loss     REAL,
+    accuracy REAL,
+    samples  INTEGER,
+    PRIMARY KEY (run_id, step)
 );
 CREATE TABLE IF NOT EXISTS steps (
     run_id        TEXT NOT NULL REFERENCES runs(run_id),
@@ -219,7 +228,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     for table, column, kind in (("steps", "expected_tx_bytes", "INTEGER"), ("nodes", "eval_loss", "REAL"),
                                 ("nodes", "eval_accuracy", "REAL"), ("steps", "gather_bytes", "INTEGER"),
                                 ("steps", "reduce_calls", "INTEGER"), ("steps", "gather_calls", "INTEGER"),
-                                ("steps", "tail_tx_bytes", "INTEGER")):
+                                ("steps", "tail_tx_bytes", "INTEGER"), ("nodes", "eval_samples", "INTEGER")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
@@ -265,9 +274,15 @@ class Recorder:
         with self._writing():
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
-                if key not in ("name", "address", "exit_code", "param_sha256", "eval_loss", "eval_accuracy"):
+                if key not in ("name", "address", "exit_code", "param_sha256", "eval_loss", "eval_accuracy", "eval_samples"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
+
+    def evaluation(self, step: int, loss: float | None, accuracy: float | None, samples: int | None) -> None:
+        """The held-out figures after ``step`` steps (a NaN loss is kept as NULL, as in steps)."""
+        with self._writing():
+            self.conn.execute("INSERT OR REPLACE INTO evals (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
+                              (self.run_id, step, loss, accuracy, samples))
 
     def calibration(self, path: dict[str, Any]) -> None:
         """Store one measured path (net.calibrate.PathResult.to_dict())."""
@@ -438,6 +453,12 @@ def curve(conn: sqlite3.Connection, run_id: str) -> tuple[list[float | None], li
     return out_losses, wall
 
 
+def evaluations(conn: sqlite3.Connection, run_id: str) -> list[dict[str, Any]]:
+    """The run's held-out evaluations in step order: step, loss, accuracy, samples."""
+    return [dict(r) for r in conn.execute("SELECT step, loss, accuracy, samples FROM evals WHERE run_id=? ORDER BY step",
+                                          (run_id,))]
+
+
 def latest_run_since(conn: sqlite3.Connection, since: float) -> sqlite3.Row | None:
     """The newest run created at or after ``since``."""
     return conn.execute("SELECT * FROM runs WHERE created_at >= ? ORDER BY created_at DESC LIMIT 1",
@@ -524,6 +545,7 @@ class RunSummary:
     final_loss: float | None
     eval_loss: float | None
     eval_accuracy: float | None
+    eval_samples: int | None
     params_identical: bool | None
     latency_impl: str | None
     environment: dict[str, Any]
@@ -607,6 +629,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         final_loss=_mean(r["loss"] for r in last),
         eval_loss=nodes[0]["eval_loss"] if nodes else None,
         eval_accuracy=nodes[0]["eval_accuracy"] if nodes else None,
+        eval_samples=nodes[0]["eval_samples"] if nodes else None,
         params_identical=len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
         latency_impl=env.get("shaping", {}).get("latency_impl"),
         environment=env,

@@ -395,6 +395,7 @@ KERNEL_MODES = ("native", "torch")
 # compress -> communicate -> decompress, each phase timed on its own
 TIMING_MODES = ("overlap", "serial")
 LAUNCHERS = ("netns", "docker")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
 @dataclass(frozen=True)
@@ -413,6 +414,9 @@ class RunSpec:
     batch_size: int = 32
     lr: float = 0.05
     seed: int = 0
+    optimizer: str = "sgd"                   # sgd | adam | adamw (gctestbed.optimizers)
+    optimizer_options: dict[str, Any] = field(default_factory=dict)
+    eval_every: int = 0                      # evaluate on held-out data every this many steps (0: at the end only)
     backend: str = "gloo"
     device: str = "cpu"
     bucket_cap_mb: float = 25.0
@@ -457,6 +461,10 @@ class RunSpec:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SpecError(f"{name} must be a positive number, got {value!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}.")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise SpecError(f"--eval-every must be a whole number of steps (0: at the end only), got {self.eval_every!r}.")
         if self.backend not in ("gloo", "nccl"):
             raise SpecError(f"--backend must be gloo or nccl, got {self.backend!r}.")
         if self.device not in ("cpu", "cuda"):

@@ -20,7 +20,8 @@ from typing import Callable
 from . import flags, results, runner
 from .spec import RunSpec, SpecError
 
-AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode")
+AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer")
+OPTIONAL_AXES = {"optimizer": flags.DEFAULTS["optimizer"]}   # a grid may leave these out: one value, the default
 CALIBRATE = ("first", "all", "none")
 
 # tuned where a method's default is tied to a gradient scale or to a long run (see docs/compressors.md):
@@ -54,6 +55,7 @@ class Grid:
     steps: int = 8
     repeat: int = 1
     lr: str = flags.DEFAULTS["lr"]
+    eval_every: str = flags.DEFAULTS["eval_every"]
     seed: str = flags.DEFAULTS["seed"]
     bucket_cap_mb: str = flags.DEFAULTS["bucket_cap_mb"]
     timeout: str = flags.DEFAULTS["timeout"]
@@ -66,6 +68,10 @@ class Grid:
     def default_name(self) -> str:
         """The same grid always gets the same name, so the same command resumes."""
         shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher")}
+        # what grids made before these existed did not have, left out at its default: their names stay
+        shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
+        if shared["eval_every"] == flags.DEFAULTS["eval_every"]:
+            del shared["eval_every"]
         return "sweep-" + hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -84,6 +90,10 @@ class Cell:
         return (self.spec.nodes, self.spec.link.bw_bps, self.spec.link.latency_s)
 
 
+def _only_default(axis: str, values: list[str]) -> bool:
+    return axis in OPTIONAL_AXES and values == [OPTIONAL_AXES[axis]]
+
+
 def from_preset(name: str, **shared) -> Grid:
     if name not in PRESETS:
         raise SpecError(f"unknown preset '{name}'; available: {', '.join(PRESETS)}.")
@@ -98,16 +108,22 @@ def plan(grid: Grid) -> list[Cell]:
         raise SpecError("--repeat and --steps must be at least 1.")
     if grid.calibrate not in CALIBRATE:
         raise SpecError(f"--calibrate must be one of {', '.join(CALIBRATE)}.")
+    axes = {**{k: [v] for k, v in OPTIONAL_AXES.items()}, **grid.axes}
     for axis in AXES:
-        if not grid.axes.get(axis):
+        if not axes.get(axis):
             raise SpecError(f"the sweep has no value for {axis}.")
     cells = []
     for repeat in range(grid.repeat):
-        for values in itertools.product(*(grid.axes[a] for a in AXES)):
+        for values in itertools.product(*(axes[a] for a in AXES)):
             params = dict(zip(AXES, values))
+            for k in OPTIONAL_AXES:
+                if _only_default(k, grid.axes.get(k, [OPTIONAL_AXES[k]])):
+                    params.pop(k)               # the cell's key as before the axis existed
             spec = flags.build_spec(nodes=params["nodes"], bw=params["bw"], latency=params["latency"],
                                     compressor=params["compressor"], workload=params["workload"], steps=str(grid.steps),
                                     batch_size=params["batch_size"], lr=grid.lr, seed=grid.seed,
+                                    optimizer=params.get("optimizer", OPTIONAL_AXES["optimizer"]),
+                                    eval_every=grid.eval_every,
                                     bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
                                     calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,
                                     kernels=grid.kernels, mode=params["mode"], launcher=grid.launcher)

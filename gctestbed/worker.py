@@ -8,6 +8,7 @@ results store before the next begins, so a node that dies loses nothing it had r
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import os
 import re
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import compress, workloads
+from . import compress, optimizers, workloads
 from .compress import hook
 from . import results
 from .results import Recorder
@@ -71,6 +72,17 @@ def exchange_failed(error: BaseException, rank: int, step: int) -> str:
     return f"gctestbed: rank {rank} step {step}: the gradient exchange failed: {text}"
 
 
+def evaluate(work: workloads.Workload, model: torch.nn.Module, device: torch.device, recorder: Recorder | None,
+             after: int) -> dict:
+    """The workload's held-out figures after ``after`` steps, stored by rank 0. Every rank
+    evaluates (its replica is identical), outside the timed laps, so none waits for another at
+    the next step's exchange and no step time carries an evaluation."""
+    metrics = work.evaluate(model if device.type == "cpu" else copy.deepcopy(model).cpu())
+    if recorder is not None:
+        recorder.evaluation(after, metrics["loss"], metrics["accuracy"], metrics.get("samples"))
+    return metrics
+
+
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
@@ -83,8 +95,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 device_ids=[device.index] if device.type == "cuda" else None)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     comm = hook.install(model, compressor, serial=serial)
-    # a method that applies momentum itself (DGC's momentum correction, Signum) gets plain SGD
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.0 if compressor.momentum_inside else 0.9)
+    optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
+                                 compressor.momentum_inside, spec.compressor)
     recorder = Recorder(spec.results_dir, spec.run_id)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
     for step in range(spec.steps):
@@ -112,8 +124,11 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s, compute_s=compute_s, optim_s=optim_s,
                       loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
-    metrics = work.evaluate(model.module.cpu())
-    recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"])
+        if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
+            evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)
+    metrics = evaluate(work, model.module.cpu(), torch.device("cpu"), recorder if rank == 0 else None, spec.steps)
+    recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"],
+                  eval_samples=metrics.get("samples"))
     if os.environ.get(GATHER_ENV) == "1" and world > 1:      # hosts with stores of their own: all rows to rank 0's
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)

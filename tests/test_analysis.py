@@ -31,7 +31,7 @@ def test_break_even_of_a_known_store(tmp_path):
     synthetic.fill(str(tmp_path))
     rows = cells.load(str(tmp_path))
     assert len(rows) == 30
-    curves = {(c.group[-1], c.compressor): c for c in breakeven.curves(rows)}
+    curves = {(c.group[4], c.compressor): c for c in breakeven.curves(rows)}
     for mode in ("overlap", "serial"):
         for method in ("fp16", "twobit"):
             c = curves[(mode, method)]

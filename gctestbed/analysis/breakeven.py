@@ -1,7 +1,9 @@
-"""Speedup over ``none`` at each bandwidth, and the bandwidth where it crosses 1.
+"""Speedup over a baseline at each bandwidth, and the bandwidth where it crosses 1.
 
-Within a group (same workload, nodes, latency, batch size, mode), a method's speedup at a
-bandwidth is none's median step time over the method's. The break-even bandwidth is where the
+The baseline is ``none`` (plain fp32 DDP) unless asked otherwise: HotNets 2024 argued that fp16
+or bf16 is what practitioners already run, so ``--baseline fp16`` measures what compression adds
+to that. Within a group (same workload, nodes, latency, batch size, mode, optimizer), a method's
+speedup at a bandwidth is the baseline's median step time over the method's. The break-even bandwidth is where the
 speedup falls through 1 as bandwidth rises, interpolated linearly in log-bandwidth between the two
 measured bandwidths around it. With repeats, two more curves bound it: the least favourable
 speedup (none's fastest repeat over the method's slowest) and the most favourable; where each
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from .cells import GROUP, Row
 
 BASELINE = "none"
+BASELINES = ("none", "fp16", "bf16")
 WORSE_LOSS = 1.05        # a final loss more than 5 % above none's counts as converging worse
 
 
@@ -96,16 +99,16 @@ def _crossing(points: list[Point]) -> Crossing:
     return Crossing(kind, bw, low_bps=min(ends), high_bps=max(ends))
 
 
-def curves(rows: list[Row]) -> list[Curve]:
-    """Every method's speedup curve and break-even in every group that has ``none``."""
+def curves(rows: list[Row], baseline: str = BASELINE) -> list[Curve]:
+    """Every method's speedup curve and break-even in every group that has ``baseline``."""
     out = []
     for group, members in _by(rows, *GROUP).items():
         by_method = _by(members, "compressor")
-        base = {bw: [r.step_s for r in rs] for (bw,), rs in _by(by_method.get((BASELINE,), []), "bw_bps").items()}
+        base = {bw: [r.step_s for r in rs] for (bw,), rs in _by(by_method.get((baseline,), []), "bw_bps").items()}
         if not base:
             continue
         for (label,), rs in sorted(by_method.items()):
-            if label == BASELINE:
+            if label == baseline:
                 continue
             points = []
             for (bw,), cell in sorted(_by(rs, "bw_bps").items()):
@@ -116,7 +119,7 @@ def curves(rows: list[Row]) -> list[Curve]:
                                     statistics.median(t), statistics.median(n), len(t)))
             if points:
                 curve = Curve(group, label, points, _crossing(points))
-                curve.flags = _convergence_flags(curve, cell_rows=rs, base_rows=by_method[(BASELINE,)])
+                curve.flags = _convergence_flags(curve, cell_rows=rs, base_rows=by_method[(baseline,)], baseline=baseline)
                 out.append(curve)
     return out
 
@@ -126,8 +129,8 @@ def time_to_target(row: Row, target: float) -> float | None:
     return next((t for t, loss in zip(row.wall, row.losses) if loss is not None and loss <= target), None)
 
 
-def _convergence_flags(curve: Curve, cell_rows: list[Row], base_rows: list[Row]) -> list[str]:
-    """Bandwidths where the method is faster per step but converged worse than none."""
+def _convergence_flags(curve: Curve, cell_rows: list[Row], base_rows: list[Row], baseline: str = BASELINE) -> list[str]:
+    """Bandwidths where the method is faster per step but converged worse than the baseline."""
     flags = []
     base = {r.bw_bps: r for r in base_rows}
     for r in cell_rows:
@@ -138,7 +141,7 @@ def _convergence_flags(curve: Curve, cell_rows: list[Row], base_rows: list[Row])
         if r.final_loss > b.final_loss * WORSE_LOSS:
             reach = time_to_target(r, b.final_loss * WORSE_LOSS)
             flags.append(f"at {r.bw_bps / 1e6:g} Mbit/s it is {point.speedup:.2f}x faster per step but ends at loss "
-                         f"{r.final_loss:.4g} against none's {b.final_loss:.4g}; time to none's loss (x1.05): "
+                         f"{r.final_loss:.4g} against {baseline}'s {b.final_loss:.4g}; time to {baseline}'s loss (x1.05): "
                          f"{'never in this run' if reach is None else f'{reach:.3g} s against {b.wall[-1]:.3g} s'}")
     return sorted(set(flags))
 

@@ -2,8 +2,9 @@
 
 A row is a finished run: its sweep parameters (or, for runs outside a sweep, the same read from
 its RunSpec), its medians per step (step time is the slowest rank's, as in ``show``), and rank
-0's loss curve against cumulative wall time. A *group* is what a speedup compares within: same
-workload, nodes, latency, batch size and timing mode.
+0's loss curve against cumulative wall time, and its held-out evaluations (``--eval-every``). A
+*group* is what a speedup compares within: same workload, nodes, latency, batch size, timing mode
+and optimizer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from .. import results
 from ..spec import RunSpec, UserError
 
-GROUP = ("workload", "nodes", "latency_s", "batch_size", "mode")
+GROUP = ("workload", "nodes", "latency_s", "batch_size", "mode", "optimizer")
 
 
 @dataclass
@@ -47,6 +48,13 @@ class Row:
     final_loss: float | None
     losses: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    optimizer: str = "sgd"
+    eval_accuracy: float | None = None
+    eval_loss: float | None = None
+    eval_samples: int | None = None
+    wire_bytes: float | None = None         # the kernel's interface counters: bytes a node sent per step
+    evals: list[dict] = field(default_factory=list)     # {step, loss, accuracy, samples}, in step order
+    step_times: list[float] = field(default_factory=list)   # every complete step's time (slowest rank), step 0 left out
 
     @property
     def group(self) -> tuple:
@@ -54,9 +62,10 @@ class Row:
 
 
 def group_label(group: tuple) -> str:
-    workload, nodes, latency_s, batch, mode = group
+    workload, nodes, latency_s, batch, mode, optimizer = group
     from ..spec import format_duration
-    return f"{workload}, {nodes} nodes, latency {format_duration(latency_s)}, batch {batch}, {mode}"
+    return (f"{workload}, {nodes} nodes, latency {format_duration(latency_s)}, batch {batch}, {mode}"
+            + ("" if optimizer == "sgd" else f", {optimizer}"))
 
 
 def load(results_dir: str, sweep: str | None = None) -> list[Row]:
@@ -90,7 +99,11 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             expected_tx_bytes=s.expected_tx_bytes_per_step, reduce_calls=s.reduce_calls_per_step,
             gather_calls=s.gather_calls_per_step, buckets=s.buckets_per_step,
             tail_tx_bytes=s.tail_tx_bytes_per_step, busbw_fraction=s.busbw_fraction_of_link,
-            final_loss=_tail_mean(losses), losses=losses, wall=wall))
+            final_loss=_tail_mean(losses), losses=losses, wall=wall,
+            optimizer=params.get("optimizer", spec.optimizer) if params else spec.optimizer,
+            eval_accuracy=s.eval_accuracy, eval_loss=s.eval_loss, eval_samples=s.eval_samples,
+            wire_bytes=s.wire_bytes_per_step, evals=results.evaluations(conn, run_id),
+            step_times=_step_times(wall)))
     conn.close()
     return rows
 
@@ -101,3 +114,21 @@ TAIL = 3
 def _tail_mean(losses: list[float | None]) -> float | None:
     tail = [v for v in losses[-TAIL:] if v is not None]
     return sum(tail) / len(tail) if tail else None
+
+
+def _step_times(wall: list[float]) -> list[float]:
+    times = [b - a for a, b in zip([0.0] + wall[:-1], wall)]
+    return times[1:] or times
+
+
+def time_to(row: Row, accuracy: float | None = None, loss: float | None = None) -> tuple[int, float] | None:
+    """(steps, seconds of training) until the held-out accuracy first reaches ``accuracy`` (or its
+    loss first falls to ``loss``); None if it never did. Seconds are the steps' own times (slowest
+    rank), evaluations left out."""
+    for e in row.evals:
+        hit = (accuracy is not None and e["accuracy"] is not None and e["accuracy"] >= accuracy) or \
+              (loss is not None and e["loss"] is not None and e["loss"] <= loss)
+        if hit:
+            steps = e["step"]
+            return steps, (row.wall[steps - 1] if 0 < steps <= len(row.wall) else 0.0)
+    return None

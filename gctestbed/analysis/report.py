@@ -17,7 +17,7 @@ import os
 import re
 import time
 
-from . import breakeven, cells, model, plots
+from . import accuracy, breakeven, cells, model, plots
 from ..spec import UserError, format_duration, format_rate
 
 NO_MODEL = ("no model: it takes compute, encode and decode times from serial cells; sweep with --mode overlap,serial "
@@ -42,9 +42,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
 
 
-def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None = None) -> dict:
+def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None = None, baseline: str = "none",
+            target_accuracy: float | None = None, target_loss: float | None = None) -> dict:
     """Everything the report shows, as data; ``curves`` and ``fits`` when the caller has them."""
-    curves = breakeven.curves(rows) if curves is None else curves
+    curves = breakeven.curves(rows, baseline) if curves is None else curves
     fits = {v: model.fit(rows, v) for v in model.VARIANTS} if fits is None else fits
     main = fits["tail"]
     groups = sorted({r.group for r in rows}, key=str)
@@ -52,6 +53,8 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
     out = {
         "generated_at": time.time(),
         "cells": len(rows),
+        "baseline": baseline,
+        "time_to_accuracy": accuracy.table(rows, baseline, target_accuracy, target_loss),
         "groups": [{"label": cells.group_label(g), "key": list(g)} for g in groups],
         "break_even": [{"group": cells.group_label(c.group), "compressor": c.compressor, "kind": c.crossing.kind,
                         "bw_bps": c.crossing.bw_bps, "low_bps": c.crossing.low_bps, "high_bps": c.crossing.high_bps,
@@ -80,15 +83,20 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
     return out
 
 
-def build(results_dir: str, out: str, sweep: str | None = None) -> dict:
-    """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``."""
+def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = "none",
+          target_accuracy: float | None = None, target_loss: float | None = None) -> dict:
+    """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``;
+    speedups and break-even against ``baseline`` (none, fp16 or bf16)."""
     rows = cells.load(results_dir, sweep)
     if not rows:
         raise UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
+    if baseline != "none" and not any(r.compressor == baseline for r in rows):
+        raise UserError(f"no cell of {results_dir} ran the baseline '{baseline}': sweep it too "
+                        f"(--compressor '{baseline};...') or choose another --baseline.")
     os.makedirs(out, exist_ok=True)
-    curves = breakeven.curves(rows)
+    curves = breakeven.curves(rows, baseline)
     fits = {v: model.fit(rows, v) for v in model.VARIANTS}
-    report = analyse(rows, curves, fits)
+    report = analyse(rows, curves, fits, baseline, target_accuracy, target_loss)
     report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
     pictures = []
     for g in sorted({r.group for r in rows}, key=str):
@@ -123,10 +131,21 @@ def render_html(report: dict) -> str:
     """One page, no external files: pictures embedded as base64 PNG."""
     parts = [f"<h1>gctestbed report</h1><p>{report['cells']} cells from {html.escape(report['results_dir'])}"
              f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>",
-             "<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than none's; above it, slower "
+             f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
              _table(["setting", "method", "break-even", "flags"],
                     [[b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-"] for b in report["break_even"]])]
+    parts.append("<h2>Time to accuracy</h2><p>Steps and seconds of training until the held-out accuracy first "
+                 "reached the target (evaluated every --eval-every steps); speedup against the baseline at the same "
+                 "bandwidth.</p>")
+    for t in report["time_to_accuracy"]:
+        target = (f"accuracy {t['target_accuracy']:.3f}" if t["target_accuracy"] is not None
+                  else f"loss {t['target_loss']:.4g}")
+        parts.append(f"<h3>{html.escape(t['group'])}: target {target}</h3>" + _table(
+            ["method", "bandwidth", "steps", "seconds", "speedup", "final accuracy"],
+            [[e["compressor"], fmt_bw(e["bw_bps"]), e["steps"] if e["steps"] is not None else "never",
+              "-" if e["seconds"] is None else f"{e['seconds']:.2f}", "-" if e["speedup"] is None else f"{e['speedup']:.2f}x",
+              "-" if e["final_accuracy"] is None else f"{e['final_accuracy']:.3f}"] for e in t["rows"]]))
     parts.append("<h2>Fastest method per bandwidth</h2>")
     for group, best in report["best"].items():
         parts.append(f"<h3>{html.escape(group)}</h3>" + _table(["bandwidth", "fastest", "step time"],

@@ -33,7 +33,8 @@ from .options import calibration_options, training_options
               help="Where tensors live.")
 @click.option("--run-id", default=None, help="The run's id, the same on every host (default: from --rdzv).")
 def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept_miss, compressor, kernel_mode, workload,
-          mode, steps, batch_size, lr, seed, bucket_cap_mb, timeout, results_dir, backend, device, run_id):
+          mode, steps, batch_size, optimizer, lr, eval_every, seed, bucket_cap_mb, timeout, results_dir, backend, device,
+          run_id):
     """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md).
     The training flags and their defaults are run's."""
     from ..launch import hosts
@@ -41,7 +42,8 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
         raise SpecError("--bw shapes an interface: name it with --dev.")
     spec = flags.build_spec(nodes=nnodes, bw=bw or flags.DEFAULTS["bw"], latency=latency, jitter=jitter, loss=loss,
                             compressor=compressor, kernels=kernel_mode, workload=workload, mode=mode, steps=steps,
-                            batch_size=batch_size, lr=lr, seed=seed, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
+                            batch_size=batch_size, optimizer=optimizer, lr=lr, eval_every=eval_every, seed=seed,
+                            bucket_cap_mb=bucket_cap_mb, timeout=timeout,
                             results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss, backend=backend,
                             device=device, run_id=run_id or hosts.default_run_id(rdzv))
     status = hosts.run_node(spec, rdzv, dev, shape=bool(bw), force=force)

@@ -53,7 +53,8 @@ _TRAINING_OPTIONS = [
     click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default=flags.DEFAULTS["kernels"], show_default=True,
                  help="Compressor kernels: native C++/CUDA (built on first use; the torch reference where no compiler is found) or the pure-torch reference."),
     click.option("--workload", default=flags.DEFAULTS["workload"], show_default=True,
-                 help="Built-in workload and options (mlp, cnn, lstm, transformer; e.g. mlp:width=512,depth=3), or your "
+                 help="Built-in workload and options (mlp, cnn, lstm, transformer, and the sources' own architectures alexnet, vgg16, "
+                      "resnet18, resnet50, gpt2 with scale=, image=, data=synthetic|digits; e.g. mlp:width=512,depth=3), or your "
                       "own as pkg.module:function, called as function(rank, world, batch_size, seed) and returning "
                       "(model, batches, loss_fn[, evaluate])."),
     click.option("--mode", type=click.Choice(TIMING_MODES), default=flags.DEFAULTS["mode"], show_default=True,
@@ -61,7 +62,13 @@ _TRAINING_OPTIONS = [
                       "compress, communicate, decompress, each phase timed."),
     click.option("--steps", default=flags.DEFAULTS["steps"], show_default=True, help="Training steps (with -- CMD: the steps expected, for progress)."),
     click.option("--batch-size", default=flags.DEFAULTS["batch_size"], show_default=True, help="Samples per node per step."),
-    click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="SGD learning rate (momentum 0.9)."),
+    click.option("--optimizer", default=flags.DEFAULTS["optimizer"], show_default=True,
+                 help="sgd, adam or adamw, with options as NAME:key=value,... (sgd: momentum=0.9, weight_decay, "
+                      "nesterov; adam/adamw: beta1, beta2, eps, weight_decay). A method that applies momentum "
+                      "itself (dgc, signum) runs with SGD, its momentum off."),
+    click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="The optimizer's learning rate."),
+    click.option("--eval-every", default=flags.DEFAULTS["eval_every"], show_default=True,
+                 help="Evaluate on held-out data every N steps, for time to accuracy (0: once, after the last step)."),
     click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of the model, the teacher and the data."),
     click.option("--bucket-cap-mb", default=flags.DEFAULTS["bucket_cap_mb"], show_default=True, help="DDP bucket size in MB."),
     click.option("--timeout", default=flags.DEFAULTS["timeout"], show_default=True,

@@ -167,12 +167,17 @@ def print_report(r: dict) -> None:
     """The break-even table, the fastest method per setting, the model's fit and the projection."""
     from ..analysis import report as report_
     terminal = Console(width=max(Console().width, 120))
-    table = Table(title="break-even bandwidth (below it the method's steps are faster than none's)")
+    table = Table(title=f"break-even bandwidth (below it the method's steps are faster than {r['baseline']}'s)")
     for col in ("setting", "method", "break-even", "convergence"):
         table.add_column(col)
     for b in r["break_even"]:
         table.add_row(b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-")
     terminal.print(table)
+    for t in r["time_to_accuracy"]:
+        target = (f"accuracy {t['target_accuracy']:.3f}" if t["target_accuracy"] is not None else f"loss {t['target_loss']:.4g}")
+        terminal.print(f"time to {target}, {t['group']}: " + ", ".join(
+            f"{e['compressor']} @ {report_.fmt_bw(e['bw_bps'])} "
+            + ("never" if e["seconds"] is None else f"{e['steps']} steps {e['seconds']:.2f} s") for e in t["rows"]))
     for group, best in r["best"].items():
         terminal.print(f"fastest, {group}: " + ", ".join(f"{report_.fmt_bw(b['bw_bps'])} {b['compressor']}" for b in best))
     if not r["model"]:

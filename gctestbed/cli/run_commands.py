@@ -34,8 +34,8 @@ from .render import bench_report, compressors_table, print_report, print_summary
                    "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        kernel_mode, workload, mode, launcher, steps, batch_size, lr, seed, bucket_cap_mb, timeout, faults, results_dir,
-        command):
+        kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, eval_every, seed, bucket_cap_mb, timeout,
+        faults, results_dir, command):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -44,7 +44,8 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     """
     spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                             latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
-                            workload=workload, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                            workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                            eval_every=eval_every, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
                             launcher=launcher, faults=faults)
@@ -73,7 +74,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
 def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
     """Values of one sweep axis as typed: repeatable flags, each a list (';' between compressors
     or workloads, whose options contain commas; ',' elsewhere)."""
-    sep = ";" if axis in ("compressor", "workload") else ","
+    sep = ";" if axis in ("compressor", "workload", "optimizer") else ","
     return [v.strip() for g in given for v in g.split(sep) if v.strip()]
 
 
@@ -89,6 +90,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--workload", multiple=True, help="Workloads, separated by ';' or repeated: 'mlp;cnn:width=16'.")
 @click.option("--batch-size", multiple=True, help="Samples per node per step, e.g. 32,128.")
 @click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
+@click.option("--optimizer", multiple=True, help="Optimizers, separated by ';' or repeated: 'sgd;adam:beta2=0.98'.")
 @click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
 @click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
 @click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
@@ -96,7 +98,9 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
               show_default=True, help="Compressor kernels, as for run.")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
               help="Where the nodes run, as for run.")
-@click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="SGD learning rate.")
+@click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="The optimizer's learning rate.")
+@click.option("--eval-every", default=flags.DEFAULTS["eval_every"], show_default=True,
+              help="Evaluate every N steps, for time to accuracy (0: after the last step only).")
 @click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of model and data.")
 @click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
               help="Calibrate links: at the first cell of each link setting, before every cell, or never.")
@@ -105,12 +109,12 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
-def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           results_dir, **axes):
-    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode),
+    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
-    shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, seed=seed, calibrate=calibrate, accept_miss=accept_miss,
-                  results_dir=results_dir)
+    shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
+                  accept_miss=accept_miss, results_dir=results_dir)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
     for axis, given in axes.items():
@@ -155,13 +159,19 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, seed,
 @click.option("--out", default=None, help="Where to write the PNGs, report.html, cells.csv and report.json "
                                           "(default: RESULTS/report).")
 @click.option("--sweep", "sweep_name", default=None, help="Only this sweep's cells (default: every sweep in the store).")
+@click.option("--baseline", type=click.Choice(["none", "fp16", "bf16"]), default="none", show_default=True,
+              help="What speedups and break-even compare against: plain fp32 DDP, or the half-precision all-reduce "
+                   "many already run.")
+@click.option("--target-accuracy", type=float, default=None,
+              help="Time to accuracy: until the held-out accuracy reaches this (default: 99 %% of the baseline's final).")
+@click.option("--target-loss", type=float, default=None, help="Time to accuracy by held-out loss instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the tables.")
-def report(results_dir, out, sweep_name, as_json):
-    """Break-even bandwidths, the fitted performance model and pictures from a results store."""
+def report(results_dir, out, sweep_name, baseline, target_accuracy, target_loss, as_json):
+    """Break-even bandwidths, time to accuracy, the fitted performance model and pictures from a results store."""
     from ..analysis import report as report_
     out = out or os.path.join(results_dir, "report")
     with console.status("analysing and drawing"):
-        r = report_.build(results_dir, out, sweep_name)
+        r = report_.build(results_dir, out, sweep_name, baseline, target_accuracy, target_loss)
     if as_json:
         click.echo(json.dumps(r, indent=2, default=str))
         return

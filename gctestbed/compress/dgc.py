@@ -1,7 +1,8 @@
 """Deep Gradient Compression: top-k by a sampled threshold, with the tricks that keep accuracy.
 
 Per sparsified tensor: velocity u = momentum*u + g (momentum correction: momentum is accumulated
-before sparsification, so the optimizer runs without it); accumulation v = v + u; a threshold is
+before sparsification, so the optimizer runs without it); accumulation v = v + u (local gradient
+accumulation: what is not sent now is sent later); a threshold is
 estimated from a random sample of |v| (``sample_ratio``, ~1 %) and refined when the selected
 count misses the target (halved while far too few, exact top-k among the selected when far too
 many, ties to the lower index), never sorting the whole tensor; indices are sent in ascending
@@ -11,6 +12,12 @@ clipped to ``clip_norm`` / sqrt(N) first (local gradient clipping; 0 turns it of
 warms up: 25 %, 6.25 %, 1.5625 %, 0.39 % over the first ``warmup_epochs`` epochs (75 %, 93.75 %,
 98.4375 %, 99.6 % sparsity), then ``ratio``. Tensors with one dimension or fewer than
 ``min_numel`` elements go dense: velocity all-reduced as is.
+
+Each trick can be turned off, so the paper's ablation is a sweep over options: ``accumulate=false``
+sends the top of this step's input and drops the rest; ``momentum_correction=false`` compresses
+the gradient itself and leaves momentum to the optimizer (which then may be Adam);
+``masking=false`` keeps the velocity where values were sent; ``clip_norm=0`` and
+``warmup_epochs=0`` turn clipping and warm-up off.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ class DGCOptions:
     sample_ratio: float = 0.01
     fp16_values: bool = False
     seed: int = 0
+    accumulate: bool = True             # local gradient accumulation; false: what is not sent is dropped
+    momentum_correction: bool = True    # momentum before sparsification; false: the optimizer's momentum
+    masking: bool = True                # momentum factor masking (only with momentum_correction)
 
     def __post_init__(self):
         if not 0 < self.ratio <= 1:
@@ -104,6 +114,7 @@ class DGC(Compressor):
 
     def __init__(self, **options):
         super().__init__(**options)
+        self.momentum_inside = self.options.momentum_correction
         self.velocity = Memory()
         self.accumulated = Memory()
 
@@ -123,32 +134,38 @@ class DGC(Compressor):
             norm = float((grad * bucket.world).norm())
             if norm > limit:
                 grad = grad * (limit / norm)
+        correct, accumulate = o.momentum_correction, o.accumulate
         u, v = self.velocity.bucket(bucket, grad), self.accumulated.bucket(bucket, grad)
         ops = self.native(grad)
-        if ops is None:
+        fused = ops is not None and correct and accumulate      # u = m*u + g; v += u, one pass per tensor
+        if correct and not fused:
             u.mul_(o.momentum).add_(grad)
+        fed = u if correct else grad                            # what is accumulated (or sent) this step
         density = self.density(bucket.step)
         indices, values, dense = [], [], []
         offset = 0
-        for pid, sparse, uv, vv, gv in zip(bucket.ids, self._sparse(bucket), bucket.split(u), bucket.split(v),
-                                          bucket.split(grad)):
-            uf, vf = uv.reshape(-1), vv.reshape(-1)
-            if ops is not None and sparse:
-                ops.dgc_accumulate(uf, vf, gv.reshape(-1), o.momentum)   # u = m*u + g; v += u, in one pass
-            elif ops is not None:
+        for pid, sparse, uv, vv, fv, gv in zip(bucket.ids, self._sparse(bucket), bucket.split(u), bucket.split(v),
+                                               bucket.split(fed), bucket.split(grad)):
+            uf, vf, ff = uv.reshape(-1), vv.reshape(-1), fv.reshape(-1)
+            if fused and sparse:
+                ops.dgc_accumulate(uf, vf, gv.reshape(-1), o.momentum)
+            elif fused:
                 uf.mul_(o.momentum).add_(gv.reshape(-1))
             if sparse:
-                if ops is None:
-                    vf.add_(uf)
+                if accumulate and not fused:
+                    vf.add_(ff)
+                source = vf if accumulate else ff
                 # each tensor's own sample, drawn from a stream of its parameter's (same on every rank's)
                 gen = seeded(o.seed, bucket.rank, bucket.step, pid)
-                idx = sampled_threshold_select(vf, density, o.sample_ratio, gen, ops)
+                idx = sampled_threshold_select(source, density, o.sample_ratio, gen, ops)
                 indices.append(idx + offset)
-                values.append(vf[idx].clone())
-                vf[idx] = 0                       # sent: cleared from the accumulation ...
-                uf[idx] = 0                       # ... and from the momentum (factor masking)
+                values.append(source[idx].clone())
+                if accumulate:
+                    vf[idx] = 0                   # sent: cleared from the accumulation ...
+                if correct and o.masking:
+                    uf[idx] = 0                   # ... and from the momentum (factor masking)
             else:
-                dense.append(uf.clone())
+                dense.append(ff.clone())
             offset += uf.numel()
         payload = Payload(reduce=[torch.cat(dense)] if dense else [], meta={"density": density})
         if indices:                               # a bucket of dense tensors only gathers nothing

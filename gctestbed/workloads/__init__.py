@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import cnn, lstm, mlp, transformer
+from . import alexnet, cnn, lstm, mlp, resnet, transformer, vgg
 
 
 @dataclass
@@ -35,7 +35,11 @@ class Workload:
 
 
 _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),
-             "lstm": (lstm.LSTMOptions, lstm.build), "transformer": (transformer.TransformerOptions, transformer.build)}
+             "lstm": (lstm.LSTMOptions, lstm.build), "transformer": (transformer.TransformerOptions, transformer.build),
+             # the sources' own architectures, at their true layouts (scale=1) or scaled down
+             "alexnet": (alexnet.AlexNetOptions, alexnet.build), "vgg16": (vgg.VGG16Options, vgg.build),
+             "resnet18": (resnet.ResNet18Options, resnet.build18), "resnet50": (resnet.ResNet50Options, resnet.build50),
+             "gpt2": (transformer.GPT2Options, transformer.build_gpt2)}
 _USER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 

@@ -89,7 +89,7 @@ def _evaluator(o: CNNOptions, seed: int):
             logits = model(x)
         model.train(was)
         return {"loss": float(nn.functional.cross_entropy(logits, y)),
-                "accuracy": float((logits.argmax(1) == y).float().mean())}
+                "accuracy": float((logits.argmax(1) == y).float().mean()), "samples": len(y)}
     return evaluate
 
 

@@ -83,7 +83,7 @@ def _evaluator(o: MLPOptions, seed: int):
         with torch.no_grad():
             logits = model(x)
             return {"loss": float(nn.functional.cross_entropy(logits, y)),
-                    "accuracy": float((logits.argmax(dim=1) == y).float().mean())}
+                    "accuracy": float((logits.argmax(dim=1) == y).float().mean()), "samples": len(y)}
     return evaluate
 
 

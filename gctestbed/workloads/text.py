@@ -58,7 +58,7 @@ def batches(train: torch.Tensor, seq_len: int, batch_size: int, seed: int, rank:
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 def evaluator(held_out: torch.Tensor, seq_len: int):
@@ -70,7 +70,8 @@ def evaluator(held_out: torch.Tensor, seq_len: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
         with torch.no_grad():
             logits = model(x)
-            return {"loss": float(loss_fn(logits, y)), "accuracy": float((logits.argmax(-1) == y).float().mean())}
+            return {"loss": float(loss_fn(logits, y)), "accuracy": float((logits.argmax(-1) == y).float().mean()),
+                    "samples": y.numel()}
     return evaluate
 
 

@@ -3,6 +3,11 @@
 Token and position embeddings, pre-norm blocks of causal self-attention and an MLP, a read-out
 tied to the token embedding. Attention and MLP weights are large matrices, like the
 transformers people train today.
+
+``gpt2`` is the same network in GPT-2 small's layout (Radford et al. 2019): 12 layers of width
+768 with 12 heads, a 1,024-token context and GPT-2's 50,257-entry vocabulary, 124.4 M parameters
+at scale 1. The corpus is read byte by byte, so only 256 rows of the embedding ever see a token:
+its gradient is mostly zeros, as a real vocabulary's is in any one step.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ class TransformerOptions:
     heads: int = 4
     seq_len: int = 128
     corpus_mb: float = 2.0
+    vocab: int = 256         # embedding rows (bytes use the first 256)
 
     def __post_init__(self):
+        if not text.VOCAB <= self.vocab <= 1 << 20:
+            raise ValueError(f"vocab must be {text.VOCAB}..1048576, got {self.vocab}")
         if not 8 <= self.d_model <= 8192:
             raise ValueError(f"d_model must be 8..8192, got {self.d_model}")
         if not 1 <= self.layers <= 64:
@@ -54,7 +62,7 @@ class Block(nn.Module):
 class ByteGPT(nn.Module):
     def __init__(self, o: TransformerOptions):
         super().__init__()
-        self.token = nn.Embedding(text.VOCAB, o.d_model)
+        self.token = nn.Embedding(o.vocab, o.d_model)
         self.position = nn.Embedding(o.seq_len, o.d_model)
         self.blocks = nn.Sequential(*[Block(o) for _ in range(o.layers)])
         self.norm = nn.LayerNorm(o.d_model)
@@ -69,3 +77,26 @@ class ByteGPT(nn.Module):
 def build(o: TransformerOptions, seed: int, rank: int, batch_size: int):
     torch.manual_seed(seed)
     return text.build(ByteGPT(o), o.seq_len, o.corpus_mb, seed, rank, batch_size)
+
+
+@dataclass
+class GPT2Options:
+    scale: float = 1.0       # width multiplier: d_model = 768 x scale (a multiple of the 12 heads)
+    seq_len: int = 1024      # the context; shorter on small machines
+    vocab: int = 50257
+    corpus_mb: float = 2.0
+
+    def __post_init__(self):
+        if not 0.01 <= self.scale <= 4:
+            raise ValueError(f"scale must be 0.01..4, got {self.scale}")
+        self.layout()           # the transformer's own checks
+
+    def layout(self) -> TransformerOptions:
+        heads = 12
+        d_model = max(heads, round(768 * self.scale / heads) * heads)
+        return TransformerOptions(d_model=d_model, layers=12, heads=heads, seq_len=self.seq_len,
+                                  corpus_mb=self.corpus_mb, vocab=self.vocab)
+
+
+def build_gpt2(o: GPT2Options, seed: int, rank: int, batch_size: int):
+    return build(o.layout(), seed, rank, batch_size)

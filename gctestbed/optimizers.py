@@ -1,0 +1,88 @@
+"""The optimizer of a run: ``--optimizer sgd|adam|adamw[:key=value,...]``, built from torch.optim.
+
+The variance-based paper's main results use Adam; MXNet's and DGC's use momentum SGD. A method
+that applies momentum itself (``Compressor.momentum_inside``: DGC's momentum correction, Signum)
+gets SGD without momentum, since momentum twice would be a different optimizer; with Adam or
+AdamW it is refused with a sentence, because Adam's moments on top of an already momentum-filtered
+gradient are not what either paper ran (turn DGC's ``momentum_correction`` off to use it with Adam).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+
+from .spec import SpecError, parse_choice, resolve_options
+
+
+@dataclass
+class SGDOptions:
+    momentum: float = 0.9        # heavy-ball momentum; 0 for plain SGD (a method with momentum inside forces 0)
+    weight_decay: float = 0.0    # L2 penalty added to the gradient, as torch.optim.SGD does
+    nesterov: bool = False       # Nesterov's look-ahead form (needs momentum > 0)
+
+    def __post_init__(self):
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be 0 or more, got {self.weight_decay}")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov needs momentum above 0")
+
+
+@dataclass
+class AdamOptions:
+    beta1: float = 0.9           # decay of the first moment (Adam's momentum)
+    beta2: float = 0.999         # decay of the second moment; lower (0.98, 0.95) for transformers that spike
+    eps: float = 1e-8            # added to the second moment's root; larger is more like SGD
+    weight_decay: float = 0.0    # adam: L2 added to the gradient; adamw: decoupled decay of the weights
+
+    def __post_init__(self):
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.eps <= 0 or self.weight_decay < 0:
+            raise ValueError("eps must be above 0 and weight_decay 0 or more")
+
+
+@dataclass
+class AdamWOptions(AdamOptions):
+    weight_decay: float = 0.01   # torch.optim.AdamW's default
+
+
+OPTIONS: dict[str, type] = {"sgd": SGDOptions, "adam": AdamOptions, "adamw": AdamWOptions}
+
+
+def names() -> list[str]:
+    return list(OPTIONS)
+
+
+def resolve(text: str) -> tuple[str, dict[str, Any]]:
+    """``adam:beta2=0.98`` -> ("adam", every option with its value or default)."""
+    name, raw = parse_choice(text, "optimizer")
+    if name not in OPTIONS:
+        raise SpecError(f"unknown optimizer '{name}'; available: {', '.join(OPTIONS)}.")
+    return name, resolve_options(f"optimizer '{name}'", OPTIONS[name], raw)
+
+
+def check(name: str, compressor: str, momentum_inside: bool) -> None:
+    """A sentence when ``compressor`` cannot run under optimizer ``name``."""
+    if momentum_inside and name != "sgd":
+        hint = (" (or turn its momentum correction off: dgc:momentum_correction=false)" if compressor == "dgc" else "")
+        raise SpecError(f"{compressor} applies momentum itself before it compresses, and {name} would add its own "
+                        f"moments on top: use --optimizer sgd with it{hint}.")
+
+
+def build(name: str, options: dict[str, Any], params: Iterable[torch.nn.Parameter], lr: float,
+          momentum_inside: bool = False, compressor: str = "") -> torch.optim.Optimizer:
+    """The torch optimizer for a run; SGD loses its momentum where the method applies it itself."""
+    check(name, compressor, momentum_inside)
+    o = OPTIONS[name](**options)
+    if name == "sgd":
+        momentum = 0.0 if momentum_inside else o.momentum
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=o.weight_decay,
+                               nesterov=o.nesterov and momentum > 0)
+    cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    return cls(params, lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)

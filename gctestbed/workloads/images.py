@@ -1,0 +1,124 @@
+"""Image data for the vision workloads: synthetic but learnable, or scikit-learn's bundled digits.
+
+There is no CPU torchvision and no download here. ``synthetic``: each class has a fixed smooth
+random template and a sample is its template shifted, scaled and noised, at any size and number
+of classes (the ImageNet-shaped heads keep their 1000 outputs). ``digits``: the 1,797 handwritten
+digits (8x8, 16 grey levels) that scikit-learn ships inside its package, scaled up to the
+network's input size; a fixed fifth is held out for evaluation whatever the seed, so every run of
+a comparison is judged on the same images. Every rank draws its own samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator
+
+import torch
+from torch import nn
+
+DATA = ("synthetic", "digits")
+DIGITS_CLASSES = 10
+
+
+@dataclass
+class VisionOptions:
+    """What every vision workload shares; each network sets its own full-size defaults."""
+
+    scale: float = 1.0       # width multiplier of every layer (channels and fully-connected units): the size knob
+    image: int = 224         # input height and width in pixels
+    classes: int = 1000
+    data: str = "synthetic"  # synthetic | digits (scikit-learn's bundled images, 10 classes)
+    noise: float = 0.5       # synthetic: noise added to the class template
+
+    min_image = 32           # a class attribute, not an option: the smallest input the network's pooling takes
+
+    def __post_init__(self):
+        if not 0.01 <= self.scale <= 4:
+            raise ValueError(f"scale must be 0.01..4, got {self.scale}")
+        if not self.min_image <= self.image <= 512:
+            raise ValueError(f"image must be {self.min_image}..512 pixels for this network, got {self.image}")
+        if not 2 <= self.classes <= 100000:
+            raise ValueError(f"classes must be 2..100000, got {self.classes}")
+        if self.data not in DATA:
+            raise ValueError(f"data must be one of {', '.join(DATA)}, got {self.data!r}")
+        if self.data == "digits" and self.classes < DIGITS_CLASSES:
+            raise ValueError(f"data=digits has {DIGITS_CLASSES} classes: classes must be at least {DIGITS_CLASSES}")
+        if not 0 <= self.noise <= 10:
+            raise ValueError(f"noise must be 0..10, got {self.noise}")
+
+    def width(self, n: int) -> int:
+        """Layer width ``n`` of the full-size network, scaled."""
+        return max(1, round(n * self.scale))
+
+
+def _templates(o: VisionOptions, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + 104729)
+    coarse = torch.randn(o.classes, 3, 8, 8, generator=g)
+    return nn.functional.interpolate(coarse, size=(o.image, o.image), mode="bilinear", align_corners=False)
+
+
+def _synthetic(templates: torch.Tensor, o: VisionOptions, g: torch.Generator, n: int):
+    y = torch.randint(0, o.classes, (n,), generator=g)
+    shift = torch.randint(-(o.image // 10), o.image // 10 + 1, (2,), generator=g).tolist()
+    scale = 0.5 + torch.rand(n, 1, 1, 1, generator=g)
+    x = torch.roll(templates[y], shifts=shift, dims=(2, 3)) * scale
+    return x + o.noise * torch.randn(x.shape, generator=g), y
+
+
+@lru_cache(maxsize=1)
+def _digits_raw() -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ValueError("data=digits needs scikit-learn, which ships the images: pip install scikit-learn "
+                         "(or 'gctestbed[data]')") from None
+    d = load_digits()
+    return torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0, torch.tensor(d.target)
+
+
+def digits(image: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """(train, held out) digits at ``image`` pixels, 3 channels, standardised; the split is fixed."""
+    x, y = _digits_raw()
+    x = nn.functional.interpolate(x, size=(image, image), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1)
+    x = (x - x.mean()) / x.std()
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(20180101))
+    cut = len(y) * 4 // 5
+    return (x[order[:cut]], y[order[:cut]]), (x[order[cut:]], y[order[cut:]])
+
+
+def _batches(o: VisionOptions, seed: int, rank: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + rank + 1)
+    if o.data == "digits":
+        (x, y), _ = digits(o.image)
+        while True:
+            pick = torch.randint(0, len(y), (batch_size,), generator=g)
+            yield x[pick], y[pick]
+    templates = _templates(o, seed)
+    while True:
+        yield _synthetic(templates, o, g, batch_size)
+
+
+EVAL_SAMPLES = 512
+
+
+def _evaluator(o: VisionOptions, seed: int):
+    if o.data == "digits":
+        _, (x, y) = digits(o.image)
+    else:
+        x, y = _synthetic(_templates(o, seed), o, torch.Generator().manual_seed(seed * 1_000_003 + 999_983), EVAL_SAMPLES)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = torch.cat([model(part) for part in x.split(128)])
+        model.train(was)
+        return {"loss": float(nn.functional.cross_entropy(logits, y)),
+                "accuracy": float((logits.argmax(1) == y).float().mean()), "samples": len(y)}
+    return evaluate
+
+
+def build(model: nn.Module, o: VisionOptions, seed: int, rank: int, batch_size: int):
+    """A classification workload on ``o``'s data: (model, this rank's batches, loss, evaluation)."""
+    return model, _batches(o, seed, rank, batch_size), nn.functional.cross_entropy, _evaluator(o, seed)
