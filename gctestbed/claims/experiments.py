@@ -1,0 +1,153 @@
+"""The experiments the claims are measured on: each a sweep over this project's axes, at two scales.
+
+``quick`` fits a 2-core machine (a claim's experiments run in about ten minutes or less): the
+sources' architectures scaled down (``scale=``), small images, 2 nodes (8 where nodes are the
+point), few steps, one run per cell. ``full`` is the sources' own sizes where a machine allows:
+the full-width networks on 224-pixel images, longer runs, three repeats. Several claims share an
+experiment, which runs once per results directory (a sweep resumes: cells done are not run again).
+
+Axis values may name a role in braces (``{fc}``): the figures read the same roles, so one claim's
+code serves both scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import sweep
+
+TWOBIT = "twobit:threshold=0.5"                 # MXNet's default threshold
+DGC = "dgc:ratio=0.001,warmup_epochs=0"         # the 0.1 % steady state, for speed and bytes
+POWERSGD = "powersgd:rank=4,start_iter=0"
+TOPK = "topk:ratio=0.01"
+# DGC's ablation (the talk's order): top 0.1 % alone, then accumulation, momentum correction,
+# factor masking, warm-up, and last local clipping (the full method)
+DGC_TOP = "dgc:ratio=0.001,warmup_epochs=0,accumulate=false,momentum_correction=false,masking=false"
+DGC_ACC = "dgc:ratio=0.001,warmup_epochs=0,momentum_correction=false,masking=false"
+DGC_MC = "dgc:ratio=0.001,warmup_epochs=0,masking=false"
+DGC_MASK = "dgc:ratio=0.001,warmup_epochs=0"
+DGC_WARM = "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch}"
+DGC_FULL = "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch},clip_norm=1"
+STROM_SMALL, STROM_LARGE = "threshold:tau=0.001", "threshold:tau=0.01"
+QSGD_2BIT, QSGD_4BIT = "qsgd:levels=1", "qsgd:levels=7"        # 1 + ceil(log2(s+1)) bits per element
+VARIANCE, HYBRID = "variance:alpha=1", "hybrid:alpha=1,tau=0.001"
+
+
+@dataclass
+class Setup:
+    """One scale of an experiment: the values of its roles and the sweep's shared settings."""
+
+    roles: dict[str, str]
+    steps: int
+    repeat: int = 1
+    lr: str = "0.05"
+    eval_every: str = "0"
+    bucket_cap_mb: str = "25"
+    scale: str = ""            # in words, for the report: what was scaled down and how far
+
+
+@dataclass
+class Experiment:
+    name: str
+    axes: dict[str, list[str]]
+    quick: Setup
+    full: Setup
+    note: str = ""
+
+    def setup(self, quick: bool) -> Setup:
+        return self.quick if quick else self.full
+
+    def grid(self, quick: bool, **shared) -> sweep.Grid:
+        s = self.setup(quick)
+        axes = {axis: [_fill(v, s.roles) for v in values] for axis, values in self.axes.items()}
+        return sweep.Grid(axes=axes, steps=s.steps, repeat=s.repeat, lr=s.lr, eval_every=s.eval_every,
+                          bucket_cap_mb=s.bucket_cap_mb, **shared)
+
+    def sweep_name(self, quick: bool) -> str:
+        return f"claims-{self.name}-{'quick' if quick else 'full'}"
+
+    def role(self, quick: bool, name: str) -> str:
+        s = self.setup(quick)
+        return _fill(s.roles[name], s.roles)
+
+
+def _fill(value: str, roles: dict[str, str]) -> str:
+    if value.startswith("{") and value.endswith("}"):
+        return _fill(roles[value[1:-1]], roles)
+    for k, v in roles.items():
+        value = value.replace("{" + k + "}", v)
+    return value
+
+
+TOY = "2 nodes sharing one 2-core VM"
+
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
+    Experiment(
+        "mxnet-speed",
+        axes={"workload": ["{fc}", "{fc_big}", "{conv}"], "bw": ["{low}", "{high}"], "compressor": ["none", TWOBIT],
+              "nodes": ["2"], "batch_size": ["{batch}"], "latency": ["0"], "mode": ["overlap"]},
+        quick=Setup({"fc": "alexnet:scale=0.25,image=64,classes=10", "fc_big": "alexnet:scale=0.5,image=64,classes=10",
+                     "conv": "resnet18:scale=0.25,image=32,classes=10", "low": "200mbit", "high": "2gbit", "batch": "32"},
+                    steps=10, scale=f"toy: AlexNet at 1/4 and 1/2 width (3.4 M and 13.9 M parameters) and ResNet-18 at "
+                                    f"1/4 width, 64- and 32-pixel images, {TOY}"),
+        full=Setup({"fc": "alexnet", "fc_big": "vgg16", "conv": "resnet50", "low": "1gbit", "high": "25gbit", "batch": "64"},
+                   steps=40, repeat=3, scale="the sources' sizes: AlexNet (61 M), VGG-16 (138 M), ResNet-50 (25.6 M), "
+                                             "224-pixel images, 2 nodes")),
+    Experiment(
+        "accuracy-sgd",
+        axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", "twobit:threshold=0.01", DGC_TOP, DGC_ACC, DGC_MC, DGC_MASK,
+                                                  DGC_WARM, DGC_FULL, STROM_SMALL, STROM_LARGE, QSGD_2BIT, QSGD_4BIT]},
+        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits", "epoch": "15"}, steps=300,
+                    eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on scikit-learn's 1,797 digits (real images, "
+                                           f"32 px), 300 steps of momentum SGD, 360 held-out images, {TOY}"),
+        full=Setup({"data": "resnet18:image=32,classes=10,data=digits", "epoch": "50"}, steps=2000, repeat=3,
+                   eval_every="100", scale="ResNet-18 at full width on the digits, 2,000 steps, 3 seeds")),
+    Experiment(
+        "accuracy-adam",
+        axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
+              "mode": ["overlap"], "optimizer": ["adam"], "compressor": ["none", VARIANCE, STROM_SMALL, HYBRID]},
+        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, lr="0.001",
+                    eval_every="50", scale=f"toy: as accuracy-sgd, with Adam (lr 0.001), {TOY}"),
+        full=Setup({"data": "resnet18:image=32,classes=10,data=digits"}, steps=2000, repeat=3, lr="0.001",
+                   eval_every="100", scale="ResNet-18 at full width on the digits with Adam, 2,000 steps, 3 seeds")),
+    Experiment(
+        "dgc-bytes",
+        axes={"workload": ["{fc}", "{vgg}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", DGC]},
+        quick=Setup({"fc": "alexnet:scale=0.25,image=64,classes=10", "vgg": "vgg16:scale=0.25,image=32,classes=10"},
+                    steps=8, scale=f"AlexNet and VGG-16 at 1/4 width (their layer shapes scaled, not their mix of "
+                                   f"layers), {TOY}"),
+        full=Setup({"fc": "alexnet", "vgg": "vgg16"}, steps=20, scale="AlexNet and VGG-16 at full size, 2 nodes")),
+    Experiment(
+        "utility",
+        axes={"workload": ["{conv}"], "bw": ["{low}", "{high}"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
+              "mode": ["overlap", "serial"], "compressor": ["none", "fp16", POWERSGD, TOPK, DGC, TWOBIT]},
+        quick=Setup({"conv": "resnet18:scale=0.25,image=32,classes=10", "low": "100mbit", "high": "2gbit"}, steps=10,
+                    scale=f"toy: ResNet-18 at 1/4 width (0.7 M parameters), 32-pixel images, {TOY}"),
+        full=Setup({"conv": "resnet50", "low": "1gbit", "high": "25gbit"}, steps=40, repeat=3,
+                   scale="ResNet-50 at full size, 224-pixel images, 2 nodes")),
+    Experiment(
+        "ratios",
+        axes={"workload": ["{conv}"], "bw": ["{low}"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", "topk:ratio=0.125", "topk:ratio=0.03125", "topk:ratio=0.0078125"]},
+        quick=Setup({"conv": "resnet18:scale=0.25,image=32,classes=10", "low": "100mbit"}, steps=10,
+                    scale=f"toy: ResNet-18 at 1/4 width, top-k at 4x, 16x and 64x fewer bytes, {TOY}"),
+        full=Setup({"conv": "resnet50", "low": "1gbit"}, steps=40, repeat=3, scale="ResNet-50 at full size, 2 nodes")),
+    Experiment(
+        "scaling",
+        axes={"workload": ["{fc}"], "bw": ["{low}"], "nodes": ["2", "4", "8"], "batch_size": ["16"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", "fp16", POWERSGD, TOPK, TWOBIT]},
+        quick=Setup({"fc": "alexnet:scale=0.25,image=64,classes=10", "low": "200mbit"}, steps=8,
+                    scale="toy: AlexNet at 1/4 width on 2, 4 and 8 nodes that share one 2-core VM (compute slows as "
+                          "nodes are added; the links are shaped per node)"),
+        full=Setup({"fc": "alexnet", "low": "1gbit"}, steps=30, repeat=3, scale="AlexNet at full size on 2, 4, 8 nodes")),
+    Experiment(
+        "batch",
+        axes={"workload": ["{conv}"], "bw": ["{low}"], "nodes": ["2"], "batch_size": ["{small}", "{large}"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", POWERSGD, TWOBIT]},
+        quick=Setup({"conv": "resnet18:scale=0.25,image=32,classes=10", "low": "200mbit", "small": "16", "large": "128"},
+                    steps=8, scale=f"toy: ResNet-18 at 1/4 width, batch 16 and 128 per node, {TOY}"),
+        full=Setup({"conv": "resnet50", "low": "1gbit", "small": "16", "large": "128"}, steps=30, repeat=3,
+                   scale="ResNet-50 at full size, batch 16 and 128 per node")),
+]}

@@ -1,0 +1,158 @@
+"""The figures claims are judged on, each from a store's rows (analysis.cells) with its interval.
+
+Speed figures come from step times (the slowest rank's, as everywhere); bytes from the kernel's
+interface counters, not from gctestbed's own payload accounting, so a method that miscounts its
+payload cannot pass a compression claim; accuracy from the held-out evaluation. Intervals: across
+repeats where a cell has several; with one run per cell, from inside the runs: the interquartile
+range of the step times, and the binomial standard error of an accuracy on its n held-out samples.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable
+
+from ..analysis import model
+from ..analysis.cells import Row
+from ..spec import parse_rate
+from .verdict import Measure
+
+Z = 1.96          # two-sided 95 %
+
+
+def pick(rows: list[Row], **where) -> list[Row]:
+    """Rows whose fields equal ``where`` (``bw`` as typed, e.g. "100mbit"; others as stored)."""
+    want = {("bw_bps" if k == "bw" else k): (parse_rate(v) if k == "bw" else v) for k, v in where.items()}
+    return [r for r in rows if all(getattr(r, k) == v for k, v in want.items())]
+
+
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def _where(where: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in where.items())
+
+
+def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
+    """Baseline's median step time over the method's, in the same setting."""
+    m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
+    if not m or not b:
+        return Measure.missing(f"no finished run of {method if not m else baseline} with {_where(where)}")
+    tm, tb = [r.step_s for r in m], [r.step_s for r in b]
+    value = statistics.median(tb) / statistics.median(tm)
+    if len(tm) > 1 and len(tb) > 1:
+        low, high, how = min(tb) / max(tm), max(tb) / min(tm), f"range over {min(len(tm), len(tb))} repeats"
+    else:
+        (bl, bh), (ml, mh) = _quartiles([t for r in b for t in r.step_times]), _quartiles([t for r in m for t in r.step_times])
+        low, high, how = bl / mh, bh / ml, "interquartile step times of one run each"
+    return Measure(value, low, high, detail={"method": method, "baseline": baseline, "method_step_s": statistics.median(tm),
+                                             "baseline_step_s": statistics.median(tb), "interval": how, **where})
+
+
+def ratio_of(a: Measure, b: Measure, label: str = "") -> Measure:
+    """a / b with the interval of the quotient."""
+    if a.value is None or b.value is None:
+        return Measure.missing(a.why or b.why)
+    return Measure(a.value / b.value, a.low / b.high, a.high / b.low, detail={"numerator": a.detail, "denominator": b.detail})
+
+
+def difference(a: Measure, b: Measure) -> Measure:
+    if a.value is None or b.value is None:
+        return Measure.missing(a.why or b.why)
+    return Measure(a.value - b.value, a.low - b.high, a.high - b.low, detail={"minuend": a.detail, "subtrahend": b.detail})
+
+
+def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Measure:
+    """Held-out accuracy of the method minus the baseline's, in percentage points."""
+    m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
+    a = [r.eval_accuracy for r in m if r.eval_accuracy is not None]
+    c = [r.eval_accuracy for r in b if r.eval_accuracy is not None]
+    if not a or not c:
+        return Measure.missing(f"no held-out accuracy of {method if not a else baseline} with {_where(where)} "
+                               "(the run failed or diverged)")
+    pa, pb = statistics.fmean(a), statistics.fmean(c)
+    na = sum(r.eval_samples or 0 for r in m if r.eval_accuracy is not None)
+    nb = sum(r.eval_samples or 0 for r in b if r.eval_accuracy is not None)
+    var = (pa * (1 - pa) / na if na else 0.0) + (pb * (1 - pb) / nb if nb else 0.0)
+    how = f"binomial error on {na} and {nb} held-out samples"
+    if len(a) > 1 and len(c) > 1:
+        spread = statistics.variance(a) / len(a) + statistics.variance(c) / len(c)
+        if spread > var:
+            var, how = spread, f"spread over {min(len(a), len(c))} repeats"
+    half = Z * math.sqrt(var)
+    d = 100 * (pa - pb)
+    return Measure(d, d - 100 * half, d + 100 * half,
+                   detail={"method": method, "baseline": baseline, "method_accuracy": pa, "baseline_accuracy": pb,
+                           "interval": how, **where})
+
+
+def compression(rows: list[Row], method: str, baseline: str = "none", **where) -> Measure:
+    """Bytes a node sent per step with the baseline over bytes with the method, by the interface
+    counters; the payload accounting's ratio rides along in the detail."""
+    m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
+    wm, wb = [r.wire_bytes for r in m if r.wire_bytes], [r.wire_bytes for r in b if r.wire_bytes]
+    if not wm or not wb:
+        return Measure.missing(f"no interface counters of {method if not wm else baseline} with {_where(where)}")
+    pm, pb = [r.payload_bytes for r in m if r.payload_bytes], [r.payload_bytes for r in b if r.payload_bytes]
+    return Measure(statistics.median(wb) / statistics.median(wm), min(wb) / max(wm), max(wb) / min(wm),
+                   detail={"method": method, "wire_bytes_per_step": statistics.median(wm),
+                           "baseline_wire_bytes_per_step": statistics.median(wb),
+                           "payload_ratio": statistics.median(pb) / statistics.median(pm) if pm and pb else None,
+                           "interval": "range over repeats" if len(wm) > 1 else "one run each", **where})
+
+
+def share(measures: dict[str, Measure], holds: Callable[[float], bool]) -> Measure:
+    """The share of methods whose figure satisfies ``holds``: low counts those whose whole interval
+    does, high those whose interval reaches it."""
+    known = {k: m for k, m in measures.items() if m.value is not None}
+    if not known:
+        return Measure.missing("; ".join(m.why for m in measures.values()) or "nothing measured")
+    n = len(known)
+    surely = sum(holds(m.low) and holds(m.high) for m in known.values())
+    maybe = sum(holds(m.low) or holds(m.high) or holds(m.value) for m in known.values())
+    return Measure(sum(holds(m.value) for m in known.values()) / n, surely / n, maybe / n,
+                   detail={k: {"value": m.value, "low": m.low, "high": m.high, **m.detail} for k, m in known.items()})
+
+
+def median_of(measures: dict[str, Measure]) -> Measure:
+    known = [m for m in measures.values() if m.value is not None]
+    if not known:
+        return Measure.missing("; ".join(m.why for m in measures.values()))
+    return Measure(statistics.median(m.value for m in known), statistics.median(m.low for m in known),
+                   statistics.median(m.high for m in known),
+                   detail={k: {"value": m.value, "low": m.low, "high": m.high} for k, m in measures.items()})
+
+
+def coding_share(rows: list[Row], method: str, **where) -> Measure:
+    """Encode plus decode time over communication time, from serial-mode runs (each phase timed)."""
+    m = [r for r in pick(rows, compressor=method, mode="serial", **where) if r.comm_s]
+    if not m:
+        return Measure.missing(f"no serial run of {method} with {_where(where)}")
+    vals = [((r.encode_s or 0) + (r.decode_s or 0)) / r.comm_s for r in m]
+    return Measure(statistics.median(vals), min(vals), max(vals),
+                   detail={"encode_s": statistics.median(r.encode_s or 0 for r in m),
+                           "decode_s": statistics.median(r.decode_s or 0 for r in m),
+                           "comm_s": statistics.median(r.comm_s for r in m), **where})
+
+
+def model_error(rows: list[Row]) -> Measure:
+    """The performance model's median |error| on the cells it predicts (not those it was fitted on)."""
+    fit = model.fit(rows, "tail")
+    if fit is None or fit.median_error is None:
+        return Measure.missing("the model needs serial and overlap cells of none to fit")
+    errors = [abs(p.error) for p in fit.predictions if not p.fitted]
+    lo, hi = _quartiles(errors) if errors else (fit.median_error, fit.median_error)
+    return Measure(fit.median_error, min(lo, fit.median_error), max(hi, fit.median_error),
+                   detail={"lambda": fit.lam, "predicted_cells": len(errors), "interval": "interquartile |error|"})
+
+
+def model_lambda(rows: list[Row]) -> Measure:
+    fit = model.fit(rows, "tail")
+    if fit is None:
+        return Measure.missing("the model needs serial and overlap cells of none to fit")
+    return Measure(fit.lam, detail={"alpha_s": fit.alpha_s, "eta": fit.eta})
