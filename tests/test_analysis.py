@@ -135,3 +135,44 @@ def test_report_without_serial_cells_or_without_none_says_what_is_missing(tmp_pa
     r = report.build(str(tmp_path / "nonone"), str(tmp_path / "out2"))
     assert r["break_even"] == [] and r["pictures"]
     assert "defaults, not fits" in (tmp_path / "out2" / "report.html").read_text()
+
+
+def test_speedups_against_an_fp16_baseline_are_fp16s_times_over_the_methods(tmp_path):
+    synthetic.fill(str(tmp_path))
+    rows = cells.load(str(tmp_path))
+    against_none = {(c.group[4], c.compressor): c for c in breakeven.curves(rows)}
+    against_fp16 = {(c.group[4], c.compressor): c for c in breakeven.curves(rows, "fp16")}
+    assert ("overlap", "none") in against_fp16 and ("overlap", "fp16") not in against_fp16
+    for p_none, p_fp16 in zip(against_none[("serial", "twobit")].points, against_fp16[("serial", "twobit")].points):
+        fp16_s = synthetic.true_step("fp16", p_none.bw_bps, "serial")[0]
+        assert p_fp16.speedup == pytest.approx(fp16_s / synthetic.true_step("twobit", p_none.bw_bps, "serial")[0])
+        assert p_fp16.speedup < p_none.speedup               # fp16 is faster than none at every bandwidth here
+    r = report.build(str(tmp_path), str(tmp_path / "out"), baseline="fp16")
+    assert r["baseline"] == "fp16" and "faster than fp16" in (tmp_path / "out" / "report.html").read_text()
+    with pytest.raises(Exception, match="no cell of .* ran the baseline 'bf16'"):
+        report.build(str(tmp_path), str(tmp_path / "out"), baseline="bf16")
+
+
+def test_time_to_accuracy_counts_the_steps_own_times_until_the_target(tmp_path):
+    from gctestbed import results
+    synthetic.fill(str(tmp_path), methods=("none", "twobit"), bws=(1e8,), modes=("overlap",), steps=6)
+    conn = results.connect(str(tmp_path))
+    for run_id, accs in (("none100000000overlap", (0.5, 0.8, 0.9)), ("twobit100000000overlap", (0.3, 0.6, 0.85))):
+        rec = results.Recorder(str(tmp_path), run_id)
+        for step, acc in zip((2, 4, 6), accs):
+            rec.evaluation(step, 1 - acc, acc, 1000)
+        rec.node(0, eval_accuracy=accs[-1], eval_samples=1000)
+        rec.close()
+    conn.close()
+    rows = {r.compressor: r for r in cells.load(str(tmp_path))}
+    assert cells.time_to(rows["none"], accuracy=0.8) == (4, pytest.approx(4 * rows["none"].step_s))
+    assert cells.time_to(rows["twobit"], accuracy=0.8) == (6, pytest.approx(6 * rows["twobit"].step_s))
+    assert cells.time_to(rows["twobit"], accuracy=0.95) is None and cells.time_to(rows["none"], loss=0.15) is not None
+    (table,) = report.build(str(tmp_path), str(tmp_path / "out"))["time_to_accuracy"]
+    assert table["target_accuracy"] == pytest.approx(0.99 * 0.9)        # 99 % of the baseline's final
+    twobit = next(e for e in table["rows"] if e["compressor"] == "twobit")
+    assert twobit["steps"] is None and twobit["speedup"] is None        # 0.85 never reaches 0.891
+    (table,) = report.build(str(tmp_path), str(tmp_path / "out"), target_accuracy=0.6)["time_to_accuracy"]
+    twobit = next(e for e in table["rows"] if e["compressor"] == "twobit")
+    none_s = 4 * rows["none"].step_s            # none reaches 0.6 at its evaluation after step 4
+    assert twobit["steps"] == 4 and twobit["speedup"] == pytest.approx(none_s / (4 * rows["twobit"].step_s))

@@ -75,3 +75,47 @@ def test_buckets_under_the_floor_go_dense(single_rank_group):
     state = hook.install(model, compress.create("topk", {"ratio": 0.01}))
     model(torch.randn(2, 8)).sum().backward()
     assert state.take_step_stats()["payload_bytes"] == 36 * 4
+
+
+def _dgc_payload_values(options: str, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The dense tensor each step's DGC payload stands for, steps encoded one after another."""
+    from gctestbed.compress import Bucket, create, resolve
+    dgc = create(*resolve(options), kernels="torch")
+    out = []
+    for step, g in enumerate(grads):
+        bucket = Bucket(key=0, shapes=[torch.Size([64, 64])], step=step)
+        payload = dgc.encode(g.clone(), bucket)
+        out.append(dgc.decode(payload.gather, payload.meta, bucket, g.numel()))
+    return out, dgc
+
+
+def test_dgc_tricks_turn_off_one_by_one_as_the_ablation_needs():
+    """Written from the paper's algorithm, not from our code: without accumulation the second step
+    sends the top 1 % of its own gradient; with it, of both steps' sum where the first sent nothing."""
+    g = torch.Generator().manual_seed(0)
+    g1, g2 = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
+    base = "dgc:ratio=0.01,warmup_epochs=0,sample_ratio=1,momentum=0.9"
+
+    def top(v, sent):
+        """v's largest-magnitude entries, as many as ``sent`` carries (the sampled threshold picks
+        about 1 %, not exactly 41): which entries and their values are what the tricks change."""
+        idx = v.abs().topk(int((sent != 0).sum())).indices
+        out = torch.zeros_like(v)
+        out[idx] = v[idx]
+        return out
+    (s1, s2), dgc = _dgc_payload_values(base + ",accumulate=false,momentum_correction=false,masking=false", [g1, g2])
+    assert torch.equal(s1, top(g1, s1)) and torch.equal(s2, top(g2, s2)) and not dgc.momentum_inside
+    (s1, s2), _ = _dgc_payload_values(base + ",momentum_correction=false,masking=false", [g1, g2])
+    assert torch.equal(s2, top(g1 - s1 + g2, s2))                                    # accumulation only
+    (s1, s2), dgc = _dgc_payload_values(base + ",masking=false", [g1, g2])
+    u2 = 0.9 * g1 + g2                                                               # momentum, not masked
+    assert torch.allclose(s2, top(g1 - s1 + u2, s2)) and dgc.momentum_inside
+    assert 30 <= int((s2 != 0).sum()) <= 54                                          # about 1 %
+    # factor masking shows where half the tensor is sent: last step's winners come back without it
+    half = base.replace("ratio=0.01", "ratio=0.5")
+    (s1, s2), _ = _dgc_payload_values(half, [g1, g2])
+    u1 = g1.clone()
+    u1[s1 != 0] = 0
+    assert torch.allclose(s2, top(g1 - s1 + 0.9 * u1 + g2, s2))
+    (t1, t2), _ = _dgc_payload_values(half + ",masking=false", [g1, g2])
+    assert torch.allclose(t2, top(g1 - t1 + 0.9 * g1 + g2, t2)) and not torch.allclose(s2, t2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -66,3 +67,31 @@ def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, s
     assert proc.returncode == 2, proc.stderr
     assert "no netem qdisc" in proc.stderr and "Traceback" not in proc.stderr
     assert list(state_dir.iterdir()) == [state_dir / ".lock"]
+
+
+DIGITS = "resnet18:scale=0.125,image=32,classes=10,data=digits"
+
+
+def test_adam_evaluations_and_an_fp16_baseline_through_sweep_report_and_bench(tmp_path, state_dir):
+    """The new choices end to end: a sweep with Adam on real digits, evaluated every 5 steps;
+    report's speedups against fp16 and its time to accuracy; bench convergence on the same task."""
+    res = str(tmp_path / "r")
+    out = gctestbed("sweep", "--workload", DIGITS, "--compressor", "none;fp16;twobit:threshold=0.01", "--optimizer",
+                    "adam", "--lr", "0.001", "--bw", "1gbit", "--steps", "10", "--eval-every", "5", "--batch-size", "16",
+                    "--calibrate", "none", "--results", res, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(gctestbed("report", res, "--baseline", "fp16", "--json", timeout=300).stdout)
+    assert r["baseline"] == "fp16" and {b["compressor"] for b in r["break_even"]} == {"none", "twobit:threshold=0.01"}
+    (tta,) = r["time_to_accuracy"]
+    assert tta["baseline"] == "fp16" and "adam" in tta["group"]
+    assert all(e["evaluations"] == 2 for e in tta["rows"])              # after steps 5 and 10
+    s = show(res)
+    assert s["eval_samples"] == 360 and 0 <= s["eval_accuracy"] <= 1
+    out = gctestbed("bench", "convergence", "--workload", DIGITS, "--optimizer", "adam", "--lr", "0.001", "--baseline",
+                    "fp16", "--methods", "twobit:threshold=0.01;dgc", "--steps", "10", "--batch-size", "16", "--json",
+                    "--results", str(tmp_path / "c"), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    bench = json.loads(out.stdout)
+    assert bench["baseline"] == "fp16" and "resnet18" in bench["workload"] and "adam" in bench["optimizer"]
+    assert set(bench["methods"]) == {"fp16", "twobit:threshold=0.01"}    # dgc applies momentum itself: not with adam
+    assert bench["methods"]["fp16"]["bytes_vs_baseline"] == 1.0

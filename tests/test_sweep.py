@@ -109,3 +109,19 @@ def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_p
     assert rep.returncode == 0, rep.stderr
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     assert {b["compressor"] for b in data["break_even"]} == {"fp16"}
+
+
+def test_the_optimizer_is_an_axis_that_leaves_older_grids_names_and_cells_as_they_were(tmp_path):
+    old = _grid(tmp_path)
+    assert old.default_name() == "sweep-" + __import__("hashlib").sha256(json.dumps(
+        {k: v for k, v in __import__("dataclasses").asdict(old).items()
+         if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "eval_every")},
+        sort_keys=True).encode()).hexdigest()[:10]                  # the rule names were made by before the axis
+    assert _grid(tmp_path, optimizer=["sgd"]).default_name() == old.default_name()
+    assert all("optimizer" not in json.loads(c.key) for c in sweep.plan(old))
+    both = sweep.plan(_grid(tmp_path, optimizer=["sgd", "adam:beta2=0.98"]))
+    assert len(both) == 2 * len(sweep.plan(old)) and _grid(tmp_path, optimizer=["adam"]).default_name() != old.default_name()
+    assert {c.spec.optimizer for c in both} == {"sgd", "adam"}
+    assert {c.spec.optimizer_options.get("beta2") for c in both} == {None, 0.98}
+    with pytest.raises(SpecError, match="dgc applies momentum itself"):
+        sweep.plan(_grid(tmp_path, optimizer=["adam"], compressor=["dgc"]))

@@ -171,3 +171,60 @@ def test_serial_mode_times_each_phase_and_trains_exactly_like_overlap(tmp_path, 
         "SELECT step_s, compute_s, encode_s, comm_s, decode_s, optim_s FROM steps WHERE run_id=? AND step>0",
         (s["run_id"],)))
     assert 0.9 <= ratios[len(ratios) // 2] <= 1.0, ratios
+
+
+# The sources' architectures at scale 1 have the published parameter counts (torchvision's
+# model cards; GPT-2 small's 124,439,808; Zaremba et al.'s large LSTM, 66 M): the layouts DDP
+# buckets and the compressors see are the real ones.
+PUBLISHED = {"alexnet": 61_100_840, "vgg16": 138_357_544, "resnet18": 11_689_512, "resnet50": 25_557_032,
+             "gpt2": 124_439_808}
+
+
+def full_size(name: str) -> torch.nn.Module:
+    from gctestbed.workloads import alexnet, resnet, transformer, vgg
+    make = {"alexnet": lambda: alexnet.make_model(alexnet.AlexNetOptions()),
+            "vgg16": lambda: vgg.make_model(vgg.VGG16Options()),
+            "resnet18": lambda: resnet.make_model(resnet.ResNet18Options(), resnet.Basic, (2, 2, 2, 2)),
+            "resnet50": lambda: resnet.make_model(resnet.ResNet50Options(), resnet.Bottleneck, (3, 4, 6, 3)),
+            "gpt2": lambda: transformer.ByteGPT(transformer.GPT2Options().layout())}
+    with torch.device("meta"):          # shapes only: no memory, no initialisation
+        return make[name]()
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_the_sources_architectures_have_their_published_size(name):
+    assert sum(p.numel() for p in full_size(name).parameters()) == PUBLISHED[name]
+
+
+def test_zaremba_large_lstm_and_scaled_networks_keep_their_layers():
+    from gctestbed.workloads import alexnet, lstm as lstm_
+    with torch.device("meta"):
+        lstm = lstm_.ByteLSTM(lstm_.LSTMOptions(hidden=1500, layers=2, vocab=10000))
+    assert round(sum(p.numel() for p in lstm.parameters()) / 1e6) == 66
+    full = alexnet.make_model(alexnet.AlexNetOptions())
+    small = alexnet.make_model(alexnet.AlexNetOptions(scale=0.25, image=64, classes=10))
+    assert [type(m) for m in full] == [type(m) for m in small]        # the same layers, narrower
+    assert [tuple(p.shape) for p in small.parameters()][-6] == (1024, 64 * 36)
+
+
+def test_digits_are_real_images_with_a_fixed_held_out_fifth():
+    pytest.importorskip("sklearn")
+    from gctestbed import workloads
+    w = workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "data": "digits"}, 3, 1, 16)
+    x, y = next(w.batches)
+    assert x.shape == (16, 3, 32, 32) and 0 <= int(y.min()) and int(y.max()) <= 9
+    a = w.evaluate(w.model)
+    b = workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "data": "digits"}, 7, 0, 16).evaluate
+    assert a["samples"] == 360                # 1,797 digits, the last fifth of a fixed shuffle, whatever the seed
+    assert b(w.model)["accuracy"] == pytest.approx(a["accuracy"])
+
+
+def test_vision_options_refuse_what_the_network_cannot_take():
+    from gctestbed import flags
+    from gctestbed.spec import SpecError
+    with pytest.raises(SpecError, match="image must be 63..512 pixels"):
+        flags.resolve_workload("alexnet:image=32")
+    with pytest.raises(SpecError, match="data=digits has 10 classes"):
+        flags.resolve_workload("vgg16:data=digits,classes=5")
+    with pytest.raises(SpecError, match="data must be one of synthetic, digits"):
+        flags.resolve_workload("resnet50:data=imagenet")

@@ -3,7 +3,9 @@
 A 2-node mlp on the teacher task (fast link: this measures learning, not speed), every method
 with the options in TUNED where the method's defaults are tied to a gradient scale. Reported per
 method: final training loss (mean of the last 10 steps), held-out loss and accuracy, and the
-step at which the 10-step mean training loss first reaches the level ``none`` ends at (x 1.05).
+step at which the 10-step mean training loss first reaches the level the baseline ends at (x 1.05).
+Any workload (the sources' architectures, on real digits with ``data=digits``), optimizer and
+baseline (``none``, or ``fp16``/``bf16``, what many already run) can replace the defaults.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .. import compress, results, runner
+from .. import compress, flags, optimizers, results, runner
 from ..spec import LinkSpec, RunSpec
 
 WORKLOAD = {"width": 256, "depth": 2, "input_dim": 64, "classes": 10}
@@ -40,14 +42,20 @@ def _smooth(losses: list[float]) -> list[float]:
 
 
 def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str = "results/convergence",
-        on_cell: Callable[[str], None] = lambda s: None) -> dict:
+        on_cell: Callable[[str], None] = lambda s: None, workload: str | None = None, optimizer: str = "sgd",
+        lr: float = 0.05, batch_size: int = 64, baseline: str = "none") -> dict:
+    """Every method on the same task; ``workload`` as typed (default: the mlp teacher task)."""
+    wl_name, wl_options = flags.resolve_workload(workload) if workload else ("mlp", WORKLOAD)
+    opt_name, opt_options = optimizers.resolve(optimizer)
     rows = {}
     for method in methods:
         on_cell(method)
         name, options = compress.resolve(TUNED.get(method, method))     # NAME or NAME:key=value,...
+        if opt_name != "sgd" and compress.create(name, options, kernels="torch").momentum_inside:
+            continue                # applies momentum itself: not with Adam (optimizers.check says why)
         spec = RunSpec(nodes=nodes, link=LinkSpec(bw_bps=1_000_000_000), compressor=name, compressor_options=options,
-                       workload="mlp", workload_options=WORKLOAD, steps=steps, batch_size=64, lr=0.05, seed=0,
-                       calibrate=False, results_dir=results_dir)
+                       workload=wl_name, workload_options=wl_options, steps=steps, batch_size=batch_size, lr=lr, seed=0,
+                       optimizer=opt_name, optimizer_options=opt_options, calibrate=False, results_dir=results_dir)
         summary = runner.run(spec)
         conn = results.connect(results_dir)
         # SQLite keeps NaN as NULL: a diverged step reads as None, and is reported as diverged
@@ -60,19 +68,21 @@ def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str =
                                     or "NaN or Inf" in (summary.error or ""),
                         "eval_loss": summary.eval_loss, "eval_accuracy": summary.eval_accuracy,
                         "payload_bytes_per_step": summary.payload_bytes_per_step, "smoothed": _smooth(losses)}
-    base = rows.get("none")
+    base = rows.get(baseline)
     if base:
         target = base["smoothed"][-1] * 1.05
         for row in rows.values():
             row["steps_to_target"] = next((i + 1 for i, v in enumerate(row["smoothed"]) if v <= target), None)
-            row["accuracy_vs_none"] = (row["eval_accuracy"] - base["eval_accuracy"]) if row["eval_accuracy"] is not None else None
+            row["accuracy_vs_baseline"] = (row["eval_accuracy"] - base["eval_accuracy"]) \
+                if row["eval_accuracy"] is not None and base["eval_accuracy"] is not None else None
             if row["diverged"]:
                 row["steps_to_target"] = None
-            row["bytes_vs_none"] = (row["payload_bytes_per_step"] / base["payload_bytes_per_step"]
+            row["bytes_vs_baseline"] = (row["payload_bytes_per_step"] / base["payload_bytes_per_step"]
                                     if row["payload_bytes_per_step"] else None)
         target_loss = target
     else:
         target_loss = None
     for row in rows.values():
         row.pop("smoothed")
-    return {"nodes": nodes, "steps": steps, "workload": {"mlp": WORKLOAD}, "target_loss": target_loss, "methods": rows}
+    return {"nodes": nodes, "steps": steps, "workload": {wl_name: wl_options}, "optimizer": {opt_name: opt_options},
+            "baseline": baseline, "target_loss": target_loss, "methods": rows}

@@ -1,5 +1,6 @@
 """The gctestbed command line: parse, call, print. Nothing else lives here; each command group has
-its module (run_commands, testbed_commands, bench_commands, cluster_commands, shaping_commands),
+its module (run_commands, testbed_commands, bench_commands, cluster_commands, shaping_commands,
+claims_commands),
 the shared flags are in options.py and every table in render.py.
 
 A mistake the user can fix prints one sentence and exits 2; a run that fails exits 1 with its
@@ -39,4 +40,5 @@ def main() -> None:
 
 
 # the command groups register themselves on main
-from . import bench_commands, cluster_commands, run_commands, shaping_commands, testbed_commands  # noqa: E402,F401
+from . import (bench_commands, claims_commands, cluster_commands, run_commands, shaping_commands,  # noqa: E402,F401
+               testbed_commands)

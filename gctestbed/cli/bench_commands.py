@@ -80,18 +80,28 @@ def bench_kernels(size, device, payloads, as_json):
 @click.option("--steps", default=200, show_default=True, help="Training steps per method.")
 @click.option("--methods", default=None,
               help="Semicolon-separated methods, each NAME or NAME:key=value,... (default: all, tuned as documented).")
+@click.option("--workload", default=None, help="The task, as for run (default: a small mlp teacher task; e.g. "
+                                               "resnet18:scale=0.125,image=32,classes=10,data=digits for real images).")
+@click.option("--optimizer", default="sgd", show_default=True, help="sgd, adam or adamw with options, as for run; "
+                                                                     "methods with momentum inside are left out of adam runs.")
+@click.option("--lr", default=0.05, show_default=True, help="The optimizer's learning rate.")
+@click.option("--batch-size", default=64, show_default=True, help="Samples per node per step.")
+@click.option("--baseline", type=click.Choice(["none", "fp16", "bf16"]), default="none", show_default=True,
+              help="The method the others are compared with (its final loss sets the target).")
 @click.option("--results", "results_dir", default="results/convergence", show_default=True, help="Results directory.")
-def bench_convergence(as_json, nodes, steps, methods, results_dir):
-    """Train the same small task with every method: final loss, accuracy, steps to none's loss."""
+def bench_convergence(as_json, nodes, steps, methods, workload, optimizer, lr, batch_size, baseline, results_dir):
+    """Train the same small task with every method: final loss, accuracy, steps to the baseline's loss."""
     from ..bench import convergence
     names = methods.split(";") if methods else compress.names()
-    if "none" in names:
-        names = ["none"] + [n for n in names if n != "none"]
+    if baseline not in names:
+        names.append(baseline)
+    names = [baseline] + [n for n in names if n != baseline]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("bench convergence", total=len(names))
         report = convergence.run(names, nodes, steps, results_dir,
-                                 lambda m: bar.update(task, description=m, advance=1))
+                                 lambda m: bar.update(task, description=m, advance=1), workload, optimizer, lr,
+                                 batch_size, baseline)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

@@ -229,18 +229,21 @@ def doctor_table(checks: list) -> Table:
 
 
 def convergence_table(report: dict, nodes: int, steps: int) -> Table:
-    table = Table(title=f"bench convergence: {nodes} nodes, {steps} steps, mlp {report['workload']['mlp']}",
+    (wl, wl_opts), = report["workload"].items()
+    (opt, _), = report["optimizer"].items()
+    base = report["baseline"]
+    table = Table(title=f"bench convergence: {nodes} nodes, {steps} steps, {wl} {wl_opts}, {opt}",
                   caption=f"steps to target: first step whose 10-step mean loss <= {fmt(report['target_loss'], digits=4)}"
-                          " (none's final x 1.05)")
-    for col in ("method", "options", "final loss", "held-out loss", "accuracy", "vs none", "steps to target",
-                "bytes vs none"):
+                          f" ({base}'s final x 1.05)")
+    for col in ("method", "options", "final loss", "held-out loss", "accuracy", f"vs {base}", "steps to target",
+                f"bytes vs {base}"):
         table.add_column(col, justify="right")
     for name, r in report["methods"].items():
         table.add_row(name, r["compressor"].partition(":")[2] or "-",
                       "diverged" if r["diverged"] else fmt(r["final_loss"], digits=4),
                       fmt(r["eval_loss"], digits=4), fmt(r["eval_accuracy"] * 100 if r["eval_accuracy"] is not None else None, "%", digits=4),
-                      fmt(r.get("accuracy_vs_none", 0) * 100 if r.get("accuracy_vs_none") is not None else None, " pt", digits=2),
-                      str(r.get("steps_to_target") or "never"), fmt(r.get("bytes_vs_none"), "x", digits=3))
+                      fmt(r.get("accuracy_vs_baseline", 0) * 100 if r.get("accuracy_vs_baseline") is not None else None, " pt", digits=2),
+                      str(r.get("steps_to_target") or "never"), fmt(r.get("bytes_vs_baseline"), "x", digits=3))
     return table
 
 

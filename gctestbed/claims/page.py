@@ -1,0 +1,97 @@
+"""The claims report: one picture per claim, a self-contained HTML page and claims.json.
+
+Each picture shows every part's measured figure with its interval and the region where the claim
+holds, so a reader sees at once how far from the line a verdict fell. A claim measured at toy
+scale says so in its heading.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLOURS = {"agree": "#2a7d2a", "disagree": "#b22222", "inconclusive": "#8a6d00"}
+
+
+def picture(claim: dict, path: str) -> str:
+    """Each part's figure (dot) and interval (bar) against its region (shaded)."""
+    parts = claim["parts"]
+    fig, axes = plt.subplots(len(parts), 1, figsize=(7, 1.3 * len(parts) + 0.6), squeeze=False)
+    for ax, p in zip(axes[:, 0], parts):
+        region = _region(p["holds_if"])
+        values = [v for v in (p["low"], p["high"], *[x for x in region if x is not None]) if v is not None]
+        lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+        pad = (hi - lo) * 0.25 or 1.0
+        lo, hi = lo - pad, hi + pad
+        ax.axvspan(region[0] if region[0] is not None else lo, region[1] if region[1] is not None else hi,
+                   color="#d8ecd8", label="holds")
+        if p["value"] is not None:
+            ax.errorbar([p["value"]], [0], xerr=[[p["value"] - p["low"]], [p["high"] - p["value"]]], fmt="o",
+                        color=COLOURS[p["verdict"]], capsize=4)
+        else:
+            ax.text(0.5, 0.5, "not measured: " + p["why"][:90], transform=ax.transAxes, ha="center", fontsize=7)
+        ax.set_xlim(lo, hi)
+        ax.set_yticks([])
+        ax.set_title(f"{p['label']} [{p['verdict']}]", fontsize=8)
+    fig.suptitle(f"claim {claim['id']}: {claim['verdict']}" + (" (toy scale)" if claim["toy"] else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _region(text: str) -> tuple[float | None, float | None]:
+    words = text.split()
+    if words[0] == "between":
+        return float(words[1]), float(words[3])
+    return (float(words[2]), None) if words[0] == "at" and words[1] == "least" else (None, float(words[2]))
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}{unit if unit in ('x', '') else ' ' + unit}"
+
+
+def write(claims: list[dict], out: str) -> dict:
+    """claims.json, one PNG per claim and report.html into ``out``; the report as data."""
+    os.makedirs(out, exist_ok=True)
+    for c in claims:
+        c["picture"] = picture(c, os.path.join(out, f"claim-{c['id']}.png"))
+    report = {"claims": claims, "verdicts": {v: sum(c["verdict"] == v for c in claims) for v in COLOURS}}
+    with open(os.path.join(out, "claims.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    with open(os.path.join(out, "report.html"), "w") as f:
+        f.write(render_html(report))
+    return report
+
+
+def render_html(report: dict) -> str:
+    parts = ["<h1>gctestbed: the field's claims, rerun</h1>",
+             "<p>" + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ". Intervals: range over repeats, "
+             "or within one run (interquartile step times, binomial error of a held-out accuracy).</p>"]
+    for c in report["claims"]:
+        scale = "; ".join(f"{k}: {v}" for k, v in c["scale"].items())
+        parts.append(f"<h2 id=\"claim-{c['id']}\">{html.escape(c['id'])}. <span style=\"color:{COLOURS[c['verdict']]}\">"
+                     f"{c['verdict']}</span>{' (toy scale)' if c['toy'] else ''}</h2>"
+                     f"<p><b>{html.escape(c['source'])}</b>: {html.escape(c['sentence'])}</p>"
+                     f"<p><i>measured at: {html.escape(scale)}</i></p>")
+        rows = "".join(f"<tr><td>{html.escape(p['label'])}</td><td>{fmt(p['value'], p['unit'])}</td>"
+                       f"<td>[{fmt(p['low'], p['unit'])}, {fmt(p['high'], p['unit'])}]</td><td>{html.escape(p['holds_if'])}</td>"
+                       f"<td>{p['verdict']}</td><td>{html.escape(p['why'])}</td></tr>" for p in c["parts"])
+        parts.append("<table><tr><th>part</th><th>measured</th><th>interval</th><th>holds if</th><th>verdict</th>"
+                     f"<th>note</th></tr>{rows}</table>")
+        with open(c["picture"], "rb") as f:
+            data = base64.b64encode(f.read()).decode()
+        parts.append(f"<figure><img alt=\"claim {c['id']}\" src=\"data:image/png;base64,{data}\"></figure>")
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+             "margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>gctestbed claims</title><style>{style}</style>"
+            f"</head><body>{''.join(parts)}</body></html>")

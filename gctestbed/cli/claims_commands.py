@@ -1,0 +1,116 @@
+"""claims list, run and report: the field's published claims, rerun here with verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+from rich.markup import escape
+from rich.table import Table
+from rich.console import Console
+
+from .. import runner
+from ..claims import catalog, judge as judge_, page
+from ..claims.experiments import EXPERIMENTS
+from ..spec import LAUNCHERS
+
+from . import console, main
+
+BASELINE = click.option("--baseline", type=click.Choice(["none", "fp16", "bf16"]), default="none", show_default=True,
+                        help="What the claims' speedups compare against (accuracy is always against none).")
+RESULTS = click.option("--results", "results_dir", default=judge_.DEFAULT_RESULTS, show_default=True,
+                       help="Results directory: one store for every claim, so experiments run once.")
+
+
+@main.group()
+def claims():
+    """The field's claims about gradient compression, rerun on this machine with verdicts (docs/claims.md)."""
+
+
+@claims.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_(as_json):
+    """Every claim: its id, source, sentence, the parts it is judged on and the experiments that measure it."""
+    rows = [{"id": c.id, "source": c.source, "citation": catalog.SOURCES[c.source], "sentence": c.sentence,
+             "experiments": c.experiments(),
+             "parts": [{"label": p.label, "experiment": p.experiment, "holds_if": p.region.text(), "unit": p.unit}
+                       for p in c.parts],
+             "quick_scale": {e: EXPERIMENTS[e].quick.scale for e in c.experiments()},
+             "full_scale": {e: EXPERIMENTS[e].full.scale for e in c.experiments()}} for c in catalog.CLAIMS]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="claims (gctestbed claims run ID --quick)", show_lines=True)
+    for col in ("id", "source", "claim", "judged on"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], r["source"], r["sentence"], "; ".join(f"{p['label']}: {p['holds_if']}" for p in r["parts"]))
+    Console(width=max(Console().width, 140)).print(table)
+
+
+def _table(results: list[dict]) -> Table:
+    table = Table(title="claims", show_lines=True)
+    for col in ("id", "verdict", "claim", "measured (interval)", "scale"):
+        table.add_column(col)
+    for c in results:
+        measured = "\n".join(f"{p['label']}: {page.fmt(p['value'], p['unit'])} [{page.fmt(p['low'], p['unit'])}, "
+                             f"{page.fmt(p['high'], p['unit'])}], holds if {p['holds_if']}: {p['verdict']}"
+                             + (f" ({p['why']})" if p["why"] else "") for p in c["parts"])
+        table.add_row(c["id"], c["verdict"], escape(c["sentence"]), escape(measured),
+                      ("toy scale; " if c["toy"] else "") + "; ".join(c["scale"].values()))
+    return table
+
+
+def _show(results: list[dict], out: str, as_json: bool) -> None:
+    report = page.write(results, out)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    Console(width=max(Console().width, 160)).print(_table(results))
+    click.echo(f"report: {os.path.join(out, 'report.html')} (claims.json, one picture per claim)")
+
+
+@claims.command(name="run")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every claim.")
+@click.option("--quick", is_flag=True, help="The scale that fits a 2-core machine (each claim's experiments in about "
+                                            "ten minutes or less); without it, the sources' own sizes.")
+@click.option("--repeat", type=int, default=None, help="Runs per cell (default: 1 quick, 3 full); more narrows the intervals.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True, help="Where the nodes run.")
+@BASELINE
+@RESULTS
+@click.option("--out", default=None, help="Where to write report.html, claims.json and the pictures (default: RESULTS/claims-report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+def run_(ids, every, quick, repeat, launcher, baseline, results_dir, out, as_json):
+    """Run the experiments of the claims ID... (or --all), resumably, and judge them."""
+    chosen = judge_.select(ids, every)
+    if repeat is not None and repeat < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--repeat")
+    try:
+        with console.status("measuring") as status:
+            judge_.run(chosen, quick, results_dir, repeat, launcher, baseline,
+                       on_cell=lambda name, cell: status.update(f"{name}: {cell.params['compressor']} @ "
+                                                                f"{cell.params['bw']}, {cell.params['workload']}"))
+    except (runner.Interrupted, KeyboardInterrupt):
+        console.print("interrupted: the current cell was torn down; run the same command again to resume")
+        sys.exit(130)
+    results = [judge_.judge(c, quick, results_dir, repeat, baseline) for c in chosen]
+    _show(results, out or os.path.join(results_dir, "claims-report"), as_json)
+
+
+@claims.command(name="report")
+@click.argument("ids", nargs=-1)
+@click.option("--quick/--full", default=True, show_default=True, help="Which scale's measurements to judge.")
+@click.option("--repeat", type=int, default=None, help="The --repeat the claims were run with, if one was given.")
+@BASELINE
+@RESULTS
+@click.option("--out", default=None, help="Where to write report.html, claims.json and the pictures (default: RESULTS/claims-report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+def report_(ids, quick, repeat, baseline, results_dir, out, as_json):
+    """Judge every claim (or ID...) from what the store holds, without running anything; a claim whose
+    experiments have not run is inconclusive, and says so."""
+    chosen = judge_.select(ids, not ids)
+    results = [judge_.judge(c, quick, results_dir, repeat, baseline) for c in chosen]
+    _show(results, out or os.path.join(results_dir, "claims-report"), as_json)
