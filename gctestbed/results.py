@@ -453,6 +453,12 @@ def curve(conn: sqlite3.Connection, run_id: str) -> tuple[list[float | None], li
     return out_losses, wall
 
 
+def phases(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> list[dict[str, Any]]:
+    """Rank ``rank``'s timed phases per step (serial mode times each): encode_s, comm_s, decode_s."""
+    return [dict(r) for r in conn.execute("SELECT step, encode_s, comm_s, decode_s FROM steps WHERE run_id=? AND rank=? "
+                                          "ORDER BY step", (run_id, rank))]
+
+
 def evaluations(conn: sqlite3.Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's held-out evaluations in step order: step, loss, accuracy, samples."""
     return [dict(r) for r in conn.execute("SELECT step, loss, accuracy, samples FROM evals WHERE run_id=? ORDER BY step",

@@ -55,6 +55,7 @@ class Row:
     wire_bytes: float | None = None         # the kernel's interface counters: bytes a node sent per step
     evals: list[dict] = field(default_factory=list)     # {step, loss, accuracy, samples}, in step order
     step_times: list[float] = field(default_factory=list)   # every complete step's time (slowest rank), step 0 left out
+    phases: list[dict] = field(default_factory=list)        # rank 0's encode_s, comm_s, decode_s per step
 
     @property
     def group(self) -> tuple:
@@ -103,7 +104,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             optimizer=params.get("optimizer", spec.optimizer) if params else spec.optimizer,
             eval_accuracy=s.eval_accuracy, eval_loss=s.eval_loss, eval_samples=s.eval_samples,
             wire_bytes=s.wire_bytes_per_step, evals=results.evaluations(conn, run_id),
-            step_times=_step_times(wall)))
+            step_times=_step_times(wall), phases=results.phases(conn, run_id)))
     conn.close()
     return rows
 

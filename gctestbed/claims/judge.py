@@ -28,12 +28,12 @@ def select(ids: tuple[str, ...], every: bool) -> list[Claim]:
 
 
 def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None, launcher: str = "netns",
-        baseline: str = "none", on_cell: Callable[[str, sweep.Cell], None] = lambda name, cell: None) -> None:
+        baseline: str = "none", device: str = "cpu", on_cell: Callable[[str, sweep.Cell], None] = lambda name, cell: None) -> None:
     """Run every experiment the claims need, each once, resuming what an earlier call left; with
     another baseline than none, its cells are added beside the method's."""
     for name in dict.fromkeys(e for c in claims for e in c.experiments()):
         exp = EXPERIMENTS[name]
-        grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True)
+        grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
         if baseline not in grid.axes["compressor"]:
             grid.axes["compressor"].append(baseline)
         if repeat is not None:

@@ -79,18 +79,20 @@ def _show(results: list[dict], out: str, as_json: bool) -> None:
                                             "ten minutes or less); without it, the sources' own sizes.")
 @click.option("--repeat", type=int, default=None, help="Runs per cell (default: 1 quick, 3 full); more narrows the intervals.")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="netns", show_default=True, help="Where the nodes run.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cuda: one GPU per node and NCCL (kept on the shaped links by socket transport).")
 @BASELINE
 @RESULTS
 @click.option("--out", default=None, help="Where to write report.html, claims.json and the pictures (default: RESULTS/claims-report).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
-def run_(ids, every, quick, repeat, launcher, baseline, results_dir, out, as_json):
+def run_(ids, every, quick, repeat, launcher, device, baseline, results_dir, out, as_json):
     """Run the experiments of the claims ID... (or --all), resumably, and judge them."""
     chosen = judge_.select(ids, every)
     if repeat is not None and repeat < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeat")
     try:
         with console.status("measuring") as status:
-            judge_.run(chosen, quick, results_dir, repeat, launcher, baseline,
+            judge_.run(chosen, quick, results_dir, repeat, launcher, baseline, device,
                        on_cell=lambda name, cell: status.update(f"{name}: {cell.params['compressor']} @ "
                                                                 f"{cell.params['bw']}, {cell.params['workload']}"))
     except (runner.Interrupted, KeyboardInterrupt):

@@ -9,7 +9,8 @@ User code (``--workload mypkg.train:make``): ``make(rank, world, batch_size, see
 ``(model, batches, loss_fn)`` or ``(model, batches, loss_fn, evaluate)``. ``model`` is a plain
 ``nn.Module`` (gctestbed wraps it in DDP), identical on every rank (seed it with ``seed``);
 ``batches`` yields ``(inputs, targets)`` forever, this rank's own samples; ``loss_fn(model(inputs),
-targets)`` is a scalar; the optional ``evaluate(model)`` returns ``{"loss": ..., "accuracy": ...}``.
+targets)`` is a scalar; the optional ``evaluate(model)`` returns ``{"loss": ..., "accuracy": ...}``
+(and ``"samples"``: how many held-out samples the accuracy counts, for its error bars).
 The module is imported from the directory gctestbed was started in.
 """
 
