@@ -161,3 +161,13 @@ def test_claim_g_runs_end_to_end_and_agrees_with_the_kernels_counters(tmp_path, 
         # the accounting and the kernel's counters tell the same story, within headers' worth
         assert part["value"] == pytest.approx(part["detail"]["payload_ratio"], rel=0.25)
     assert g["verdict"] == AGREE, g      # what this machine measured when docs/claims.md was written
+
+
+def test_with_another_baseline_the_speed_parts_compare_against_it(tmp_path):
+    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
+    for method, t in (("none", 0.3), ("fp16", 0.15), ("twobit:threshold=0.5", 0.1)):
+        cell(str(tmp_path), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method), [t] * 8)
+    against_none = judge.judge(catalog.BY_ID["c"], True, str(tmp_path))
+    against_fp16 = judge.judge(catalog.BY_ID["c"], True, str(tmp_path), baseline="fp16")
+    assert against_none["parts"][0]["value"] == pytest.approx(3.0) and against_none["verdict"] == DISAGREE
+    assert against_fp16["parts"][0]["value"] == pytest.approx(1.5) and against_fp16["baseline"] == "fp16"

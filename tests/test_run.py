@@ -95,3 +95,11 @@ def test_adam_evaluations_and_an_fp16_baseline_through_sweep_report_and_bench(tm
     assert bench["baseline"] == "fp16" and "resnet18" in bench["workload"] and "adam" in bench["optimizer"]
     assert set(bench["methods"]) == {"fp16", "twobit:threshold=0.01"}    # dgc applies momentum itself: not with adam
     assert bench["methods"]["fp16"]["bytes_vs_baseline"] == 1.0
+    gpt2 = "gpt2:scale=0.05,seq_len=32"           # GPT-2's layout (its 50,257-row embedding), 1/20 wide
+    out = gctestbed("run", "--nodes", "2", "--no-calibrate", "--workload", gpt2, "--optimizer", "adamw:weight_decay=0.1",
+                    "--lr", "0.001", "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--compressor", "powersgd",
+                    "--results", str(tmp_path / "g"), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(gctestbed("report", str(tmp_path / "g"), "--target-loss", "100", "--json", timeout=300).stdout)
+    (row,) = r["time_to_accuracy"][0]["rows"]
+    assert row["evaluations"] == 2 and row["steps"] == 2 and "adamw" in r["time_to_accuracy"][0]["group"]
