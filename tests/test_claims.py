@@ -82,7 +82,7 @@ def params_of(experiment: str, quick: bool = True, **values) -> dict:
     exp = EXPERIMENTS[experiment]
     grid = exp.grid(quick, results_dir="unused")
     out = {axis: v[0] for axis, v in grid.axes.items()}
-    out.update({k: exp.role(quick, v[1:-1]) if v.startswith("{") else v for k, v in values.items()})
+    out.update({k: exp.fill(quick, v) for k, v in values.items()})
     return out
 
 

@@ -12,7 +12,7 @@ code serves both scales.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import sweep
 
@@ -59,21 +59,21 @@ class Experiment:
 
     def grid(self, quick: bool, **shared) -> sweep.Grid:
         s = self.setup(quick)
-        axes = {axis: [_fill(v, s.roles) for v in values] for axis, values in self.axes.items()}
+        axes = {axis: [fill(v, s.roles) for v in values] for axis, values in self.axes.items()}
         return sweep.Grid(axes=axes, steps=s.steps, repeat=s.repeat, lr=s.lr, eval_every=s.eval_every,
                           bucket_cap_mb=s.bucket_cap_mb, **shared)
 
     def sweep_name(self, quick: bool) -> str:
         return f"claims-{self.name}-{'quick' if quick else 'full'}"
 
-    def role(self, quick: bool, name: str) -> str:
-        s = self.setup(quick)
-        return _fill(s.roles[name], s.roles)
+    def fill(self, quick: bool, text: str) -> str:
+        """``text`` with the roles it names (``{fc}``, ``...steps_per_epoch={epoch}``) filled in at this scale."""
+        return fill(text, self.setup(quick).roles)
 
 
-def _fill(value: str, roles: dict[str, str]) -> str:
+def fill(value: str, roles: dict[str, str]) -> str:
     if value.startswith("{") and value.endswith("}"):
-        return _fill(roles[value[1:-1]], roles)
+        return fill(roles[value[1:-1]], roles)
     for k, v in roles.items():
         value = value.replace("{" + k + "}", v)
     return value

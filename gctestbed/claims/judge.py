@@ -52,10 +52,11 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
         name = exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
         if name not in rows_of:
             rows_of[name] = _rows(results_dir, name)
-        m = part.figure(rows_of[name], Context(lambda role, exp=exp: exp.role(quick, role), baseline))
+        m = part.figure(rows_of[name], Context(lambda text, exp=exp: exp.fill(quick, text), baseline))
         verdict = part.region.judge(m)
         parts.append({"label": part.label, "experiment": part.experiment, "sweep": name, "value": m.value,
                       "low": m.low, "high": m.high, "unit": part.unit, "holds_if": part.region.text(),
+                      "region": [part.region.low, part.region.high],
                       "verdict": verdict, "why": m.why, "detail": m.detail})
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
     return {"id": claim.id, "source": claim.source, "sentence": claim.sentence, "verdict": combine([p["verdict"] for p in parts]),

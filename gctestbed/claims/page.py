@@ -25,7 +25,7 @@ def picture(claim: dict, path: str) -> str:
     parts = claim["parts"]
     fig, axes = plt.subplots(len(parts), 1, figsize=(7, 1.3 * len(parts) + 0.6), squeeze=False)
     for ax, p in zip(axes[:, 0], parts):
-        region = _region(p["holds_if"])
+        region = p["region"]
         values = [v for v in (p["low"], p["high"], *[x for x in region if x is not None]) if v is not None]
         lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
         pad = (hi - lo) * 0.25 or 1.0
@@ -45,13 +45,6 @@ def picture(claim: dict, path: str) -> str:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
-
-
-def _region(text: str) -> tuple[float | None, float | None]:
-    words = text.split()
-    if words[0] == "between":
-        return float(words[1]), float(words[3])
-    return (float(words[2]), None) if words[0] == "at" and words[1] == "least" else (None, float(words[2]))
 
 
 def fmt(value: float | None, unit: str) -> str:
