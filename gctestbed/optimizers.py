@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .spec import SpecError, parse_choice, resolve_options
+from .spec import OPTIMIZERS, SpecError, parse_choice, resolve_options
 
 
 @dataclass
@@ -52,7 +52,7 @@ class AdamWOptions(AdamOptions):
     weight_decay: float = 0.01   # torch.optim.AdamW's default
 
 
-OPTIONS: dict[str, type] = {"sgd": SGDOptions, "adam": AdamOptions, "adamw": AdamWOptions}
+OPTIONS: dict[str, type] = dict(zip(OPTIMIZERS, (SGDOptions, AdamOptions, AdamWOptions)))   # spec names them
 
 
 def names() -> list[str]:
