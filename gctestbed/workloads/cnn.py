@@ -1,18 +1,18 @@
 """A small ResNet (He et al. 2016, the CIFAR shape) on synthetic but learnable 32x32 images.
 
-There is no CPU torchvision and no dataset download here, so the images are made: each class has
-a fixed random template (smooth, low-frequency), and a sample is its class's template, randomly
-shifted, scaled and noised. Convolutions carry most of the compute and few of the bytes: the
+There is no CPU torchvision and no dataset download here, so the images are made (images.py's
+synthetic data, at 32 pixels): each class has a fixed smooth random template, and a sample is its
+class's template, randomly shifted, scaled and noised. Convolutions carry most of the compute and few of the bytes: the
 compute-heavy end of the spectrum, where compression pays off least.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
-
 import torch
 from torch import nn
+
+from . import images
 
 
 @dataclass
@@ -58,41 +58,7 @@ def make_model(o: CNNOptions) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _templates(o: CNNOptions, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed + 104729)
-    coarse = torch.randn(o.classes, 3, 8, 8, generator=g)
-    return nn.functional.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-
-
-def _samples(templates: torch.Tensor, o: CNNOptions, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    y = torch.randint(0, o.classes, (n,), generator=g)
-    shift = torch.randint(-3, 4, (2,), generator=g).tolist()
-    scale = 0.5 + torch.rand(n, 1, 1, 1, generator=g)
-    x = torch.roll(templates[y], shifts=shift, dims=(2, 3)) * scale
-    return x + o.noise * torch.randn(x.shape, generator=g), y
-
-
-def _batches(o: CNNOptions, seed: int, rank: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    templates = _templates(o, seed)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + rank + 1)
-    while True:
-        yield _samples(templates, o, g, batch_size)
-
-
-def _evaluator(o: CNNOptions, seed: int):
-    x, y = _samples(_templates(o, seed), o, torch.Generator().manual_seed(seed * 1_000_003 + 999_983), 512)
-
-    def evaluate(model: nn.Module) -> dict[str, float]:
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            logits = model(x)
-        model.train(was)
-        return {"loss": float(nn.functional.cross_entropy(logits, y)),
-                "accuracy": float((logits.argmax(1) == y).float().mean()), "samples": len(y)}
-    return evaluate
-
-
 def build(o: CNNOptions, seed: int, rank: int, batch_size: int):
     torch.manual_seed(seed)
-    return make_model(o), _batches(o, seed, rank, batch_size), nn.functional.cross_entropy, _evaluator(o, seed)
+    data = images.VisionOptions(image=32, classes=o.classes, noise=o.noise)   # the vision workloads' synthetic images
+    return images.build(make_model(o), data, seed, rank, batch_size)
