@@ -67,9 +67,14 @@ def resolve(text: str) -> tuple[str, dict[str, Any]]:
     return name, resolve_options(f"optimizer '{name}'", OPTIONS[name], raw)
 
 
+def compatible(name: str, momentum_inside: bool) -> bool:
+    """Whether a method (that applies momentum itself or not) may run under optimizer ``name``."""
+    return name == "sgd" or not momentum_inside
+
+
 def check(name: str, compressor: str, momentum_inside: bool) -> None:
     """A sentence when ``compressor`` cannot run under optimizer ``name``."""
-    if momentum_inside and name != "sgd":
+    if not compatible(name, momentum_inside):
         hint = (" (or turn its momentum correction off: dgc:momentum_correction=false)" if compressor == "dgc" else "")
         raise SpecError(f"{compressor} applies momentum itself before it compresses, and {name} would add its own "
                         f"moments on top: use --optimizer sgd with it{hint}.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from .cells import GROUP, Row, group_label, time_to
+from .cells import Row, group_label, time_to
 
 OF_BASELINE = 0.99
 
@@ -22,7 +22,7 @@ def table(rows: list[Row], baseline: str = "none", accuracy: float | None = None
     out = []
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
-        groups.setdefault(tuple(getattr(r, k) for k in GROUP), []).append(r)
+        groups.setdefault(r.group, []).append(r)
     for group, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         base = [r for r in members if r.compressor == baseline]
         target_acc, target_loss = accuracy, loss

@@ -51,7 +51,7 @@ def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str =
     for method in methods:
         on_cell(method)
         name, options = compress.resolve(TUNED.get(method, method))     # NAME or NAME:key=value,...
-        if opt_name != "sgd" and compress.create(name, options, kernels="torch").momentum_inside:
+        if not optimizers.compatible(opt_name, compress.create(name, options, kernels="torch").momentum_inside):
             continue                # applies momentum itself: not with Adam (optimizers.check says why)
         spec = RunSpec(nodes=nodes, link=LinkSpec(bw_bps=1_000_000_000), compressor=name, compressor_options=options,
                        workload=wl_name, workload_options=wl_options, steps=steps, batch_size=batch_size, lr=lr, seed=0,
