@@ -171,3 +171,13 @@ def test_with_another_baseline_the_speed_parts_compare_against_it(tmp_path):
     against_fp16 = judge.judge(catalog.BY_ID["c"], True, str(tmp_path), baseline="fp16")
     assert against_none["parts"][0]["value"] == pytest.approx(3.0) and against_none["verdict"] == DISAGREE
     assert against_fp16["parts"][0]["value"] == pytest.approx(1.5) and against_fp16["baseline"] == "fp16"
+
+
+def test_the_accuracy_interval_is_the_textbook_wald_interval_of_two_proportions(tmp_path):
+    """Written from the formula (difference of two binomial proportions, 95 %: 1.96 standard
+    errors), not from figures.py: 0.90 and 0.80 on 360 held-out images each."""
+    import math
+    d = judge_d(tmp_path, 0.90, 0.80, 360)["parts"][0]
+    half = 1.96 * math.sqrt(0.9 * 0.1 / 360 + 0.8 * 0.2 / 360)
+    assert d["value"] == pytest.approx(-10.0)
+    assert d["low"] == pytest.approx(100 * (-0.1 - half)) and d["high"] == pytest.approx(100 * (-0.1 + half))
