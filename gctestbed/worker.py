@@ -84,7 +84,8 @@ def evaluate(work: workloads.Workload, model: torch.nn.Module, device: torch.dev
 
 
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
-    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
+    if not dist.is_initialized():       # 'gctestbed node' calibrated first, in this process group
+        dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
     serial = spec.mode == "serial"
     device = torch.device("cpu")

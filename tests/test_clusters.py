@@ -79,7 +79,13 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
                                    *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for r in (0, 1)]
         for p in procs:
-            out, err = p.communicate(timeout=240)
+            try:
+                out, err = p.communicate(timeout=240)
+            except subprocess.TimeoutExpired:        # say where each host was: its node log
+                for q in procs:
+                    q.kill()
+                logs = {str(f): f.read_text()[-3000:] for f in tmp_path.glob("h*/runs/*/*.log")}
+                pytest.fail(f"a host did not finish in 240 s; node logs: {logs}")
             assert p.returncode == 0, err
         conn = sqlite3.connect(tmp_path / "h0" / "gctestbed.sqlite")
         assert conn.execute("SELECT rank, COUNT(*) FROM steps GROUP BY rank").fetchall() == [(0, 4), (1, 4)]

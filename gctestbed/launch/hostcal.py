@@ -1,5 +1,5 @@
-"""Calibration across real hosts, before a hosts run trains: ``python -m gctestbed.launch.hostcal
-SPEC.json OUT.json`` under torchrun, one process per host.
+"""Calibration across real hosts, then training, in one torchrun job: ``python -m
+gctestbed.launch.hostcal SPEC.json OUT.json`` under torchrun, one process per host.
 
 A netns run measures every path from one process, which sees every namespace; hosts see only
 themselves, so here each host measures its own side and the hosts take turns over a Gloo group.
@@ -7,8 +7,13 @@ Around the ring, one pair at a time, the receiving host runs a TCP sink and a UD
 address, and the sending host measures idle RTT (ping, else the echo), then sends one TCP stream,
 reading the wire rate from its own NIC's htb class and RTT under that load. The goodput comes back
 from the receiver. Each path's target is the sender's shaped rate and the sum of both hosts'
-delays. Every host writes the same list of paths to OUT.json (numbered by this job's ranks), for
-its Session to judge and store.
+delays. Every host writes the same list of paths to OUT.json (numbered by the training's ranks),
+for its Session to judge and store.
+
+Calibration and training share one rendezvous and one process group: a second torchrun job on the
+same rendezvous port raced the first one's shutdown (a host's new agent could meet the other
+host's old store) and, rarely, hung both hosts. When a path misses and misses are not accepted,
+every host sees the same list and exits with ``MISSED`` before training.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from .. import worker
 from ..net import calibrate, measure, nic
 from ..spec import RunSpec
 
 SECONDS, WARMUP_S = 1.5, 1.0
 PORT = calibrate.IPERF_PORT + 1
+MISSED = 3          # the exit status of every host when calibration stops the run
 
 
 def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
@@ -38,14 +45,15 @@ def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
     return measure.ping(None, addr, count, interval_s, timeout_s=2.0)[0]
 
 
-def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[calibrate.PathResult]:
-    """Every ring path, one at a time; the same list on every host."""
+def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) -> list[calibrate.PathResult]:
+    """Every ring path, one at a time; the same list on every host. ``group``: a Gloo group (the
+    objects exchanged here are CPU tensors, which NCCL cannot carry)."""
     addr = nic.address(ifname)
     if addr is None:
         raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
     me = (addr, spec.link.bw_bps, spec.link.latency_s)
     hosts: list = [None] * world
-    dist.all_gather_object(hosts, me)
+    dist.all_gather_object(hosts, me, group=group)
     paths = []
     for src, dst in calibrate.pairs(world):
         sink = None
@@ -53,7 +61,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[cali
             if rank == dst:
                 sink = measure.Sink(None, me[0], WARMUP_S, PORT)
                 receiving.enter_context(measure.Echo(None, me[0]))
-            dist.barrier()
+            dist.barrier(group=group)
             sent: tuple | str | None = None
             goodput = None
             if rank == src:
@@ -71,7 +79,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str) -> list[cali
                 except RuntimeError:
                     goodput = None
         both: list = [None] * world
-        dist.all_gather_object(both, (sent, goodput))
+        dist.all_gather_object(both, (sent, goodput), group=group)
         if isinstance(both[src][0], str):
             raise SystemExit(f"gctestbed: calibration from {hosts[src][0]} to {hosts[dst][0]} failed: {both[src][0]}")
         idle, wire, loaded = both[src][0]
@@ -85,13 +93,19 @@ def main(argv: list[str]) -> None:
     with open(spec_path) as f:
         spec = RunSpec.from_json(f.read())
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
+    ifname = os.environ.get("GCTESTBED_IFNAME", "eth0")
+    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
     try:
-        paths = measure_ring(spec, rank, world, os.environ.get("GCTESTBED_IFNAME", "eth0"))
-    finally:
+        paths = measure_ring(spec, rank, world, ifname, None if spec.backend == "gloo" else dist.new_group(backend="gloo"))
+    except BaseException:
         dist.destroy_process_group()
+        raise
     with open(out, "w") as f:
         json.dump([p.to_dict() for p in paths], f)
+    if any(p.miss for p in paths) and not spec.accept_miss:
+        dist.destroy_process_group()
+        sys.exit(MISSED)
+    worker.main([spec_path])
 
 
 if __name__ == "__main__":

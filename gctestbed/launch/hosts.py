@@ -61,8 +61,9 @@ def _wait(argv: list[str], env: dict, log: str) -> int:
 
 
 def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool) -> int:
-    """Shape ``dev`` (if asked), calibrate the hosts' paths (when shaped), run the worker under
-    torchrun, unshape; returns the exit status (torchrun's, or 1 when calibration stopped the run).
+    """Shape ``dev`` (if asked), calibrate the hosts' paths (when shaped) and run the worker in one
+    torchrun job, unshape; returns the exit status (torchrun's: hostcal.MISSED when calibration
+    stopped the run).
     The run's records are a Session's, as for every launcher; hosts sharing one store start the
     run once."""
     ifname = dev or "eth0"
@@ -82,19 +83,18 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
             shaped = True
         session.start("hosts", nic.describe(ifname), rdzv=rdzv, dev=dev)
         log = session.log_path(f"node-{me}")
-        if shaped and spec.calibrate and spec.nodes > 1:
+        if shaped and spec.calibrate and spec.nodes > 1:        # one job: calibration, then training
             out = os.path.join(session.run_dir, f"calibration-{me}.json")
-            code = _wait(_torchrun(spec, rdzv, f"{spec.run_id}-calibrate", ifname, "gctestbed.launch.hostcal",
-                                   [session.spec_path, out]), env, log)
-            if code != 0:
-                error = f"calibrating the hosts' paths failed on {os.uname().nodename} (torchrun exited with {code}; see {log})"
-            else:
+            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.launch.hostcal",
+                                     [session.spec_path, out]), env, log)
+            if os.path.exists(out):
                 error = session.calibrate(lambda: calibrate.load(out))
-        if error is None:
-            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.worker", [session.spec_path]), env, log)
-            error = None if status == 0 else f"torchrun on {os.uname().nodename} exited with {status}"
+            elif status != 0:
+                error = f"calibrating the hosts' paths failed on {os.uname().nodename} (torchrun exited with {status}; see {log})"
         else:
-            status = 1
+            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.worker", [session.spec_path]), env, log)
+        if error is None and status != 0:
+            error = f"torchrun on {os.uname().nodename} exited with {status}"
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise
