@@ -6,7 +6,7 @@ naming the accepted forms.
 
 from __future__ import annotations
 
-from . import compress, optimizers, topofile, workloads
+from . import comm as comms, compress, optimizers, topofile, workloads
 from .spec import (LinkSpec, RunSpec, SpecError, format_duration, parse_choice, parse_duration, parse_fault,
                    parse_percent, parse_rate, resolve_options)
 
@@ -28,7 +28,7 @@ DEFAULTS: dict[str, str] = {
         ("batch_size", "batch_size"), ("lr", "lr"), ("seed", "seed"), ("bucket_cap_mb", "bucket_cap_mb"),
         ("timeout", "timeout_s"), ("results_dir", "results_dir"), ("kernels", "kernels"), ("mode", "mode"),
         ("launcher", "launcher"), ("backend", "backend"), ("device", "device"), ("optimizer", "optimizer"),
-        ("eval_every", "eval_every"))},
+        ("eval_every", "eval_every"), ("comm", "comm"))},
 }
 
 
@@ -40,11 +40,14 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                topology_file=None, calibrate=True, accept_miss=False, kernels=DEFAULTS["kernels"],
                mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
                backend=DEFAULTS["backend"], device=DEFAULTS["device"], optimizer=DEFAULTS["optimizer"],
-               eval_every=DEFAULTS["eval_every"], run_id="") -> RunSpec:
+               eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], run_id="") -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     opt_name, opt_options = optimizers.resolve(optimizer)
-    optimizers.check(opt_name, comp_name, compress.create(comp_name, comp_options, kernels="torch").momentum_inside)
+    method = compress.create(comp_name, comp_options, kernels="torch")
+    optimizers.check(opt_name, comp_name, method.momentum_inside)
+    comm_name, comm_options = comms.resolve(comm)
+    comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if not command:
         wl_name, wl_options = resolve_workload(workload)
     else:                           # the user's own program is the workload
@@ -60,7 +63,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     path = topofile.locate(topology_file) if topology_file else None
     if path is not None:
         topo = topofile.load(path)
-        nodes = str(len(topo.nodes))
+        nodes = str(len(topo.nodes) - (comm_options["servers"] if comm_name == "ps" else 0))   # servers come last
     spec = RunSpec(nodes=_int("--nodes", nodes), link=link, topology=topo, latency_impl=latency_impl,
                    calibrate=calibrate, accept_miss=accept_miss,
                    compressor=comp_name, compressor_options=comp_options, workload=wl_name, workload_options=wl_options,
@@ -69,7 +72,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                    eval_every=_int("--eval-every", eval_every), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
                    mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults],
-                   backend=backend, device=device, run_id=run_id)
+                   backend=backend, device=device, comm=comm_name, comm_options=comm_options, run_id=run_id)
     spec.validate()
     return spec
 

@@ -16,16 +16,17 @@ import shutil
 import sqlite3
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .spec import RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
-               "gather_calls", "buckets", "tail_tx_bytes")
+               "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s")
+SERVER_STEP_FIELDS = ("sum_s", "wait_s", "send_s", "messages", "push_bytes", "pull_bytes", "tx_bytes", "rx_bytes")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -43,6 +44,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     name         TEXT,
     address      TEXT,
     exit_code    INTEGER,
+    role         TEXT,           -- worker | server (parameter servers)
     param_sha256 TEXT,
     eval_loss    REAL,           -- the workload's held-out evaluation after the last step
     eval_accuracy REAL,
@@ -78,6 +80,24 @@ CREATE TABLE IF NOT EXISTS steps (
     gather_calls  INTEGER,
     buckets       INTEGER,
     tail_tx_bytes INTEGER,       -- expected_tx_bytes of the bucket backward finishes last
+    push_s        REAL,          -- parameter servers: sending the step's pushes, summed over buckets
+    pull_s        REAL,          -- ... and waiting for the pulls after them (server sums included)
+    sync_s        REAL,          -- local SGD, DiLoCo: averaging the model after the optimizer step
+    PRIMARY KEY (run_id, rank, step)
+);
+CREATE TABLE IF NOT EXISTS server_steps (  -- a parameter server's share of each step
+    run_id     TEXT NOT NULL REFERENCES runs(run_id),
+    rank       INTEGER NOT NULL,
+    step       INTEGER NOT NULL,
+    t          REAL NOT NULL,
+    sum_s      REAL NOT NULL,        -- decoding, summing and (compressed pull) re-encoding
+    wait_s     REAL NOT NULL,        -- waiting for and receiving the workers' pushes
+    send_s     REAL NOT NULL,        -- sending the pulls back
+    messages   INTEGER NOT NULL,     -- pushes received
+    push_bytes INTEGER NOT NULL,     -- bytes of those pushes (envelopes, headers, payloads)
+    pull_bytes INTEGER NOT NULL,     -- bytes of the pulls sent back
+    tx_bytes   INTEGER,              -- the server's interface counters over the step
+    rx_bytes   INTEGER,
     PRIMARY KEY (run_id, rank, step)
 );
 CREATE TABLE IF NOT EXISTS exchanges (     -- every bucket a rank exchanged in a step
@@ -228,7 +248,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
     for table, column, kind in (("steps", "expected_tx_bytes", "INTEGER"), ("nodes", "eval_loss", "REAL"),
                                 ("nodes", "eval_accuracy", "REAL"), ("steps", "gather_bytes", "INTEGER"),
                                 ("steps", "reduce_calls", "INTEGER"), ("steps", "gather_calls", "INTEGER"),
-                                ("steps", "tail_tx_bytes", "INTEGER"), ("nodes", "eval_samples", "INTEGER")):
+                                ("steps", "tail_tx_bytes", "INTEGER"), ("nodes", "eval_samples", "INTEGER"),
+                                ("steps", "push_s", "REAL"), ("steps", "pull_s", "REAL"), ("steps", "sync_s", "REAL"),
+                                ("nodes", "role", "TEXT")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
@@ -274,7 +296,8 @@ class Recorder:
         with self._writing():
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
-                if key not in ("name", "address", "exit_code", "param_sha256", "eval_loss", "eval_accuracy", "eval_samples"):
+                if key not in ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
+                               "eval_samples"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
 
@@ -301,6 +324,15 @@ class Recorder:
                 if key not in ("started", "ended"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE faults SET {key}=? WHERE run_id=? AND idx=?", (value, self.run_id, idx))
+
+    def server_step(self, rank: int, step: int, **values: Any) -> None:
+        """Commit one parameter server's share of one step (SERVER_STEP_FIELDS)."""
+        if set(values) != set(SERVER_STEP_FIELDS):
+            raise KeyError(sorted(set(values) ^ set(SERVER_STEP_FIELDS)))
+        cols = ["run_id", "rank", "step", "t", *values]
+        with self._writing():
+            self.conn.execute(f"INSERT INTO server_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                              (self.run_id, rank, step, time.time(), *values.values()))
 
     def step(self, rank: int, step: int, exchanges: Iterable[dict] = (), layouts: Iterable[dict] = (),
              **values: Any) -> None:
@@ -344,7 +376,7 @@ def sweep_runs(conn: sqlite3.Connection, sweep: str | None = None) -> list[sqlit
                         (sweep,) if sweep else ()).fetchall()
 
 
-RANK_TABLES = ("steps", "exchanges", "layouts", "nodes")     # what each rank writes of a run
+RANK_TABLES = ("steps", "exchanges", "layouts", "nodes", "server_steps")     # what each rank writes of a run
 
 
 def export_rank(conn: sqlite3.Connection, run_id: str, rank: int) -> dict[str, list[dict]]:
@@ -560,9 +592,61 @@ class RunSummary:
     faults: list[dict[str, Any]]
     created_at: float
     finished_at: float | None
+    comm: str = "allreduce"                  # how the workers met (--comm) and its options
+    comm_options: dict[str, Any] = field(default_factory=dict)
+    median_push_s: float | None = None       # parameter servers: the workers' pushes and pulls per step
+    median_pull_s: float | None = None
+    median_sync_s: float | None = None       # local SGD, DiLoCo: averaging time, over the steps that averaged
+    servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
+    bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _identical(nodes: list) -> bool | None:
+    """Whether every worker's parameters hashed alike (servers hold no model)."""
+    if not nodes:
+        return None
+    return len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes)
+
+
+def _servers(conn: sqlite3.Connection, run_id: str, spec: RunSpec, measured: list[int]) -> list[dict[str, Any]]:
+    """Each parameter server's medians over the measured steps, and its run totals."""
+    out = []
+    for k in range(spec.servers):
+        rows = [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=? AND rank=? ORDER BY step",
+                                              (run_id, spec.nodes + k))]
+        picked = [r for r in rows if r["step"] in measured] or rows
+        out.append({"server": k, "rank": spec.nodes + k, "steps": len(rows),
+                    **{f"median_{f}": _median(r[f] for r in picked) for f in SERVER_STEP_FIELDS},
+                    "total_push_bytes": sum(r["push_bytes"] for r in rows), "total_pull_bytes": sum(r["pull_bytes"] for r in rows),
+                    "total_tx_bytes": sum(r["tx_bytes"] or 0 for r in rows), "total_rx_bytes": sum(r["rx_bytes"] or 0 for r in rows)})
+    return out
+
+
+def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | None:
+    """Which link or phase bounds a parameter-server step: each link's median bytes per step at its
+    shaped rate, against the servers' summing time."""
+    net = spec.network()
+    candidates = []
+    push = _median(r["expected_tx_bytes"] for rs in per_step for r in rs)
+    if push:
+        candidates.append((push * 8 / net.nodes[0].hop.ab.rate_bps, f"the workers' uplinks (pushes, {push / 1e6:.3g} MB per step)"))
+    for s in servers:
+        hop = net.nodes[s["rank"]].hop
+        if s["median_push_bytes"]:
+            candidates.append((s["median_push_bytes"] * 8 / hop.ba.rate_bps,
+                               f"server {s['server']}'s downlink ({spec.nodes} workers' pushes, {s['median_push_bytes'] / 1e6:.3g} MB per step)"))
+        if s["median_pull_bytes"]:
+            candidates.append((s["median_pull_bytes"] * 8 / hop.ab.rate_bps,
+                               f"server {s['server']}'s uplink (pulls to {spec.nodes} workers, {s['median_pull_bytes'] / 1e6:.3g} MB per step)"))
+        if s["median_sum_s"]:
+            candidates.append((s["median_sum_s"], f"server {s['server']}'s summing"))
+    if not candidates:
+        return None
+    seconds, where = max(candidates)
+    return f"{where}: {seconds:.3g} s per step at the shaped rate"
 
 
 def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
@@ -594,8 +678,14 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     env = json.loads(run["environment"] or "{}")
     faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
                                                                  (run["run_id"],))]
-    contract = contract_check(conn, run["run_id"], spec)
+    contract = contract_check(conn, run["run_id"], spec) if spec.comm == "allreduce" else None
+    servers = _servers(conn, run["run_id"], spec, measured)
     return RunSummary(
+        comm=spec.comm, comm_options=spec.comm_options, servers=servers,
+        median_push_s=_median(r["push_s"] for rs in per_step for r in rs if r["push_s"] is not None),
+        median_pull_s=_median(r["pull_s"] for rs in per_step for r in rs if r["pull_s"] is not None),
+        median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
+        bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],
@@ -636,7 +726,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         eval_loss=nodes[0]["eval_loss"] if nodes else None,
         eval_accuracy=nodes[0]["eval_accuracy"] if nodes else None,
         eval_samples=nodes[0]["eval_samples"] if nodes else None,
-        params_identical=len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes) if nodes else None,
+        params_identical=_identical([r for r in nodes if r["role"] != "server"]),
         latency_impl=env.get("shaping", {}).get("latency_impl"),
         environment=env,
         calibration=calibration,

@@ -60,7 +60,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             on_phase("building the network")
             nodes = cluster.up()
             recorder = session.start(cluster.launcher, cluster.describe())
-            if spec.calibrate and spec.nodes > 1:
+            if spec.calibrate and spec.world > 1:
                 on_phase("calibrating links")
                 error = session.calibrate(cluster.calibrate)
             if error is None:
@@ -68,7 +68,8 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 procs = {}
                 argv = spec.command or [sys.executable, "-m", "gctestbed.worker", session.spec_path]
                 for node in nodes:
-                    recorder.node(node.rank, name=node.name, address=node.address)
+                    recorder.node(node.rank, name=node.name, address=node.address,
+                                  role="server" if node.rank >= spec.nodes else "worker")
                     procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
                                                      {userscript.SPEC_ENV: session.spec_path})
                 error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster)
@@ -215,7 +216,8 @@ def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: 
     last = results.last_step(recorder.conn, spec.run_id, rank)
     where = f"after step {last['step']}" if last else "before its first step"
     log = os.path.join(run_dir, f"node{rank}.log")
-    return f"node {rank} ({nodes[rank].name}) {how} {where}{_log_tail(log)}"
+    who = spec.role(rank) + (f" (rank {rank}, {nodes[rank].name})" if rank >= spec.nodes else f" ({nodes[rank].name})")
+    return f"{who} {how} {where}{_log_tail(log)}"
 
 
 def _exit_text(code: int) -> str:

@@ -396,6 +396,9 @@ KERNEL_MODES = ("native", "torch")
 TIMING_MODES = ("overlap", "serial")
 LAUNCHERS = ("netns", "docker")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+# how the workers meet (gctestbed.comm): the ring's collectives, parameter servers, or local steps
+# with periodic averaging (local SGD, DiLoCo)
+COMMS = ("allreduce", "ps", "localsgd", "diloco")
 
 
 @dataclass(frozen=True)
@@ -417,6 +420,8 @@ class RunSpec:
     optimizer: str = "sgd"                   # sgd | adam | adamw (gctestbed.optimizers)
     optimizer_options: dict[str, Any] = field(default_factory=dict)
     eval_every: int = 0                      # evaluate on held-out data every this many steps (0: at the end only)
+    comm: str = "allreduce"                  # allreduce | ps | localsgd | diloco (gctestbed.comm)
+    comm_options: dict[str, Any] = field(default_factory=dict)
     backend: str = "gloo"
     device: str = "cpu"
     bucket_cap_mb: float = 25.0
@@ -445,9 +450,24 @@ class RunSpec:
         spec.validate()
         return spec
 
+    @property
+    def servers(self) -> int:
+        """Parameter-server nodes (``--comm ps:servers=K``); 0 for every other scheme."""
+        return int(self.comm_options.get("servers", 1)) if self.comm == "ps" else 0
+
+    @property
+    def world(self) -> int:
+        """Processes in the run: ``nodes`` workers (ranks 0..N-1), then the servers."""
+        return self.nodes + self.servers
+
+    def role(self, rank: int) -> str:
+        """How logs and errors name rank ``rank``: ``node R`` or ``server K``."""
+        return f"server {rank - self.nodes}" if rank >= self.nodes else f"node {rank}"
+
     def network(self) -> TopologySpec:
-        """The topology this run builds: the given one, or a star of ``nodes`` on ``link``."""
-        return self.topology or TopologySpec.star(self.nodes, self.link)
+        """The topology this run builds: the given one, or a star of every node (workers and
+        servers alike) on ``link``."""
+        return self.topology or TopologySpec.star(self.world, self.link)
 
     def validate(self) -> None:
         if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -479,16 +499,22 @@ class RunSpec:
             raise SpecError(f"the pass-through command must be a list of arguments, got {self.command!r}.")
         if self.latency_impl not in ("auto", "netem", "delayline"):
             raise SpecError(f"--latency-impl must be auto, netem or delayline, got {self.latency_impl!r}.")
+        if self.comm not in COMMS:
+            raise SpecError(f"--comm must be one of {', '.join(COMMS)}, got {self.comm!r}.")
+        if self.world > MAX_NODES:
+            raise SpecError(f"{self.nodes} workers and {self.servers} servers are {self.world} nodes; at most {MAX_NODES}.")
         if self.topology is not None:
             self.topology.validate()
-            if len(self.topology.nodes) != self.nodes:
-                raise SpecError(f"topology '{self.topology.name}' has {len(self.topology.nodes)} nodes but --nodes is {self.nodes}.")
+            if len(self.topology.nodes) != self.world:
+                extra = f" plus {self.servers} servers" if self.servers else ""
+                raise SpecError(f"topology '{self.topology.name}' has {len(self.topology.nodes)} nodes but --nodes is "
+                                f"{self.nodes}{extra}.")
         if self.backend == "nccl" and self.device != "cuda":
             raise SpecError("--backend nccl needs --device cuda; use gloo for CPU tensors.")
         if not isinstance(self.faults, list) or not all(isinstance(f, FaultSpec) for f in self.faults):
             raise SpecError(f"faults must be a list of FaultSpec, got {self.faults!r}.")
         for f in self.faults:
-            f.validate(self.nodes)
+            f.validate(self.world)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

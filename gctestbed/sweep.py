@@ -20,8 +20,9 @@ from typing import Callable
 from . import flags, results, runner
 from .spec import RunSpec, SpecError
 
-AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer")
-OPTIONAL_AXES = {"optimizer": flags.DEFAULTS["optimizer"]}   # a grid may leave these out: one value, the default
+AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer", "comm")
+# a grid may leave these out (one value, the default), and then its cells keep the keys they had before the axis
+OPTIONAL_AXES = {"optimizer": flags.DEFAULTS["optimizer"], "comm": flags.DEFAULTS["comm"]}
 CALIBRATE = ("first", "all", "none")
 
 # tuned where a method's default is tied to a gradient scale or to a long run (see docs/compressors.md):
@@ -125,6 +126,7 @@ def plan(grid: Grid) -> list[Cell]:
                                     compressor=params["compressor"], workload=params["workload"], steps=str(grid.steps),
                                     batch_size=params["batch_size"], lr=grid.lr, seed=grid.seed,
                                     optimizer=params.get("optimizer", OPTIONAL_AXES["optimizer"]),
+                                    comm=params.get("comm", OPTIONAL_AXES["comm"]),
                                     eval_every=grid.eval_every,
                                     bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
                                     calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import compress, optimizers, workloads
+from .comm import local, ps, server
 from .compress import hook
 from . import results
 from .results import Recorder
@@ -83,22 +84,35 @@ def evaluate(work: workloads.Workload, model: torch.nn.Module, device: torch.dev
     return metrics
 
 
+def periodic(spec: RunSpec, model: torch.nn.Module):
+    """Local SGD's or DiLoCo's averaging after the optimizer step, or None."""
+    kind = {"localsgd": local.LocalSGD, "diloco": local.DiLoCo}.get(spec.comm)
+    return kind(spec, list(model.parameters())) if kind else None
+
+
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     if not dist.is_initialized():       # 'gctestbed node' calibrated first, in this process group
         dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
-    work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, world)
+    workers = dist.new_group(list(range(spec.nodes))) if spec.servers else None    # every rank takes part
+    recorder = Recorder(spec.results_dir, spec.run_id)
+    if rank >= spec.nodes:              # a parameter server
+        server.serve(spec, rank, recorder, lambda: nic_bytes(ifname))
+        finish(spec, recorder, rank, world)
+        return
+    work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, spec.nodes)
     serial = spec.mode == "serial"
     device = torch.device("cpu")
     if spec.device == "cuda":                    # one GPU per node: as told ('gctestbed node'), else by rank
         device = torch.device("cuda", int(os.environ.get("GCTESTBED_CUDA_DEVICE", rank % torch.cuda.device_count())))
         torch.cuda.set_device(device)
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
-                device_ids=[device.index] if device.type == "cuda" else None)
+                device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
-    comm = hook.install(model, compressor, serial=serial)
+    averaging = periodic(spec, model)
+    exchange = ps.ServerExchange(spec) if spec.servers else averaging.exchange() if averaging else None
+    comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)
     optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
                                  compressor.momentum_inside, spec.compressor)
-    recorder = Recorder(spec.results_dir, spec.run_id)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
     for step in range(spec.steps):
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
@@ -122,15 +136,27 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         optimizer.zero_grad(set_to_none=not serial)     # serial: grads stay views of the buckets
         sync()
         optim_s = laps.lap()
+        stats = comm.take_step_stats()
+        if averaging is not None:        # local SGD, DiLoCo: the model averaged now and then
+            synced = averaging.after_step(step)
+            stats.update(sync_s=synced["sync_s"], expected_tx_bytes=stats["expected_tx_bytes"] + synced["sync_tx_bytes"])
         tx2, rx2 = nic_bytes(ifname)
-        recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s, compute_s=compute_s, optim_s=optim_s,
-                      loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx, **comm.take_step_stats())
+        recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
+                      compute_s=compute_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,
+                      **stats)
         if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
             evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)
+    if spec.servers:
+        ps.goodbye(spec)
     metrics = evaluate(work, model.module.cpu(), torch.device("cpu"), recorder if rank == 0 else None, spec.steps)
     recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"],
                   eval_samples=metrics.get("samples"))
-    if os.environ.get(GATHER_ENV) == "1" and world > 1:      # hosts with stores of their own: all rows to rank 0's
+    finish(spec, recorder, rank, world)
+
+
+def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> None:
+    """Hosts with stores of their own send every row to rank 0's; then the process group ends."""
+    if os.environ.get(GATHER_ENV) == "1" and world > 1:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)
         if rank == 0:

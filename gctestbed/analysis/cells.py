@@ -24,7 +24,8 @@ class Row:
     sweep: str | None
     repeat: int
     workload: str           # as typed, with options
-    compressor: str         # as typed in the sweep, with options (outside a sweep: the name): a method's label
+    compressor: str         # as typed in the sweep, with options (outside a sweep: the name), and " over COMM"
+                            # when the workers did not meet over the ring: a method's label
     method: str             # the compressor's registry name
     nodes: int
     bw_bps: int
@@ -92,7 +93,8 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
             workload=params["workload"] if params else spec.workload,
-            compressor=params["compressor"] if params else spec.compressor, method=spec.compressor,
+            compressor=_label(params["compressor"] if params else spec.compressor,
+                              params.get("comm", "allreduce") if params else _comm(spec)), method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,
             mode=spec.mode, step_s=s.median_step_s, compute_s=s.median_compute_s, optim_s=s.median_optim_s,
             encode_s=s.median_encode_s, decode_s=s.median_decode_s, comm_s=s.median_comm_s,
@@ -110,6 +112,19 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
 
 
 TAIL = 3
+
+
+def _label(compressor: str, comm: str) -> str:
+    """A method's label: the compressor as typed, and how the workers met when not over the ring
+    (so a report compares ring, parameter servers and local SGD / DiLoCo against one baseline)."""
+    return compressor if comm == "allreduce" else f"{compressor} over {comm}"
+
+
+def _comm(spec: RunSpec) -> str:
+    """``--comm`` of a run outside a sweep, with the option that tells its runs apart."""
+    o = spec.comm_options
+    return {"ps": lambda: f"ps:servers={o['servers']},pull={o['pull']}", "localsgd": lambda: f"localsgd:period={o['period']}",
+            "diloco": lambda: f"diloco:inner={o['inner']}"}.get(spec.comm, lambda: spec.comm)()
 
 
 def _tail_mean(losses: list[float | None]) -> float | None:

@@ -16,7 +16,7 @@ from .options import calibration_options, training_options
 
 @main.command(name="node")
 @click.option("--rdzv", required=True, help="HOST:PORT of torchrun's c10d rendezvous (the first node's address).")
-@click.option("--nnodes", required=True, help="How many nodes join.")
+@click.option("--nnodes", required=True, help="How many workers join (with --comm ps:servers=K, K more hosts join: the last ranks serve).")
 @click.option("--dev", default=None, help="This host's interface to shape and to pin Gloo/NCCL to (e.g. eth0).")
 @click.option("--bw", default=None, help="Shape --dev's egress to this rate (tc units); omitted: no shaping.")
 @click.option("--latency", default=flags.DEFAULTS["latency"], show_default=True,
@@ -33,8 +33,8 @@ from .options import calibration_options, training_options
               help="Where tensors live.")
 @click.option("--run-id", default=None, help="The run's id, the same on every host (default: from --rdzv).")
 def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept_miss, compressor, kernel_mode, workload,
-          mode, steps, batch_size, optimizer, lr, eval_every, seed, bucket_cap_mb, timeout, results_dir, backend, device,
-          run_id):
+          mode, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb, timeout, results_dir, backend,
+          device, run_id):
     """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md).
     The training flags and their defaults are run's."""
     from ..launch import hosts
@@ -43,7 +43,7 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
     spec = flags.build_spec(nodes=nnodes, bw=bw or flags.DEFAULTS["bw"], latency=latency, jitter=jitter, loss=loss,
                             compressor=compressor, kernels=kernel_mode, workload=workload, mode=mode, steps=steps,
                             batch_size=batch_size, optimizer=optimizer, lr=lr, eval_every=eval_every, seed=seed,
-                            bucket_cap_mb=bucket_cap_mb, timeout=timeout,
+                            bucket_cap_mb=bucket_cap_mb, timeout=timeout, comm=comm,
                             results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss, backend=backend,
                             device=device, run_id=run_id or hosts.default_run_id(rdzv))
     status = hosts.run_node(spec, rdzv, dev, shape=bool(bw), force=force)

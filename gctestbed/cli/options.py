@@ -67,6 +67,10 @@ _TRAINING_OPTIONS = [
                       "nesterov; adam/adamw: beta1, beta2, eps, weight_decay). A method that applies momentum "
                       "itself (dgc, signum) runs with SGD, its momentum off."),
     click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="The optimizer's learning rate."),
+    click.option("--comm", default=flags.DEFAULTS["comm"], show_default=True,
+                 help="How workers meet: allreduce (the ring), ps[:servers=K,pull=dense|compressed] (K parameter-server "
+                      "nodes join the network), localsgd[:period=H,warmup=S] or diloco[:inner=H,outer_lr=0.7,"
+                      "outer_momentum=0.9] (local steps, the model averaged every H). See docs/running.md."),
     click.option("--eval-every", default=flags.DEFAULTS["eval_every"], show_default=True,
                  help="Evaluate on held-out data every N steps, for time to accuracy (0: once, after the last step)."),
     click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of the model, the teacher and the data."),

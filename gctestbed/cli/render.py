@@ -132,6 +132,18 @@ def print_summary(s: results.RunSummary) -> None:
         ("final loss", fmt(s.final_loss, digits=5)),
         ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s.params_identical]),
     ]
+    if s.comm != "allreduce":
+        options = ",".join(f"{k}={v}" for k, v in s.comm_options.items())
+        rows.insert(3, ("comm", f"{s.comm}:{options}"))
+    if s.servers:
+        rows.append(("  push / pull (workers)", f"{fmt(s.median_push_s, ' s')} / {fmt(s.median_pull_s, ' s')}"))
+        for v in s.servers:
+            rows.append((f"  server {v['server']}: wait / sum / send", f"{fmt(v['median_wait_s'], ' s')} / "
+                         f"{fmt(v['median_sum_s'], ' s')} / {fmt(v['median_send_s'], ' s')}; in "
+                         f"{fmt(v['median_push_bytes'], ' MB', 1e6)}, out {fmt(v['median_pull_bytes'], ' MB', 1e6)} per step"))
+        rows.append(("bottleneck", s.bottleneck or "-"))
+    if s.median_sync_s is not None:
+        rows.append(("  model averaging (when it ran)", fmt(s.median_sync_s, " s")))
     if s.sent_fraction is not None:
         rows.append(("elements sent", f"{s.sent_fraction:.3%} of the gradient (median step)"))
     if s.contract:

@@ -34,8 +34,8 @@ from .render import bench_report, compressors_table, print_report, print_summary
                    "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-        kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, eval_every, seed, bucket_cap_mb, timeout,
-        faults, results_dir, command):
+        kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
+        timeout, faults, results_dir, command):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -45,7 +45,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                             latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
                             workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
-                            eval_every=eval_every, seed=seed,
+                            comm=comm, eval_every=eval_every, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
                             launcher=launcher, faults=faults)
@@ -74,7 +74,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
 def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
     """Values of one sweep axis as typed: repeatable flags, each a list (';' between compressors
     or workloads, whose options contain commas; ',' elsewhere)."""
-    sep = ";" if axis in ("compressor", "workload", "optimizer") else ","
+    sep = ";" if axis in ("compressor", "workload", "optimizer", "comm") else ","
     return [v.strip() for g in given for v in g.split(sep) if v.strip()]
 
 
@@ -91,6 +91,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--batch-size", multiple=True, help="Samples per node per step, e.g. 32,128.")
 @click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
 @click.option("--optimizer", multiple=True, help="Optimizers, separated by ';' or repeated: 'sgd;adam:beta2=0.98'.")
+@click.option("--comm", multiple=True, help="Schemes, separated by ';' or repeated: 'allreduce;ps:servers=2;localsgd:period=4'.")
 @click.option("--steps", type=int, default=None, help="Training steps per cell (preset's, else 8).")
 @click.option("--repeat", type=int, default=None, help="Runs per cell (preset's, else 1).")
 @click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
@@ -111,7 +112,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           results_dir, **axes):
-    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer),
+    """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
                   accept_miss=accept_miss, results_dir=results_dir)

@@ -121,6 +121,11 @@ class Compressor:
     rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
     has_kernels: ClassVar[bool] = False       # some hot path has a native kernel (native/): load them
     fused_feedback: ClassVar[bool] = False    # encode_feedback updates a residual in the same pass (native)
+    # parameter servers (gctestbed.comm): a server sums payloads with ``decompress`` from their tensors
+    # and the bucket alone, and (pull=compressed) encodes the sum again with no state of its own
+    server_decodes: ClassVar[bool] = True
+    server_refusal: ClassVar[str] = ""        # why not, where it cannot
+    server_encodes: ClassVar[bool] = True
     ops: Any = None                           # torch.ops.gctestbed when native kernels are chosen and built
 
     def __init__(self, **options: Any):

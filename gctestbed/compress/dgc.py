@@ -105,6 +105,7 @@ def sampled_threshold_select(v: torch.Tensor, density: float, sample_ratio: floa
 @register
 class DGC(Compressor):
     name = "dgc"
+    server_encodes = False
     collective = "allgather"
     has_kernels = True
     summary = "DGC: sampled-threshold top-k, momentum correction, clipping, factor masking, warm-up"

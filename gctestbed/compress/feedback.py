@@ -23,7 +23,8 @@ class ErrorFeedback(Compressor):
         self.options = inner.options
         self.residuals = Memory()
         for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "rounds",
-                     "has_kernels", "ops"):
+                     "has_kernels", "ops",
+                     "server_decodes", "server_encodes", "server_refusal"):
             setattr(self, attr, getattr(inner, attr))
 
     def attach(self, model: torch.nn.Module) -> None:

@@ -39,7 +39,7 @@ from ..spec import DENSE_FLOOR
 from .base import Bucket, Compressor, Payload
 from .dense import NoCompression
 
-_PLAIN = NoCompression()      # what buckets under the dense floor use
+PLAIN = NoCompression()       # what buckets under the dense floor use
 
 
 
@@ -54,8 +54,9 @@ class HookState:
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
                  dense_floor: int = DENSE_FLOOR, serial: bool = False,
-                 names: dict[int, str] | None = None):
+                 names: dict[int, str] | None = None, exchange=None):
         self.compressor = compressor
+        self.exchange = exchange or ring_exchange     # how one bucket meets the others (gctestbed.comm: servers)
         self.names = names or {}          # id(parameter) -> its name in the model: a bucket's ids
         self.serial = serial
         self.pending: list[tuple[torch.Tensor, Bucket]] = []     # serial mode: buckets backward produced
@@ -76,13 +77,13 @@ class HookState:
         while True:
             future, buffer, ctx = self._jobs.get()
             try:
-                _exchange(self, future, buffer, ctx)
+                self.exchange(self, future, buffer, ctx)
             except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it in backward
                 self.failure = e          # DDP's wrapping garbles the message; the worker reports this one
                 future.set_exception(e)
 
     def _reset(self) -> None:
-        self._stats = {"encode_s": 0.0, "decode_s": 0.0}
+        self._stats = {"encode_s": 0.0, "decode_s": 0.0}      # parameter servers add push_s and pull_s
         self._comm_start: float | None = None
         self._comm_end: float | None = None
         self._comm_busy = 0.0
@@ -114,10 +115,10 @@ class HookState:
         pending, self.pending = self.pending, []
         for buffer, ctx in pending:
             future: torch.futures.Future = torch.futures.Future()
-            _exchange(self, future, buffer, ctx)
+            self.exchange(self, future, buffer, ctx)
             future.wait()
 
-    def _record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]]) -> None:
+    def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]]) -> None:
         """One bucket's exchange, for the store (and the contract check, which reads it there)."""
         layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
         with self._lock:
@@ -130,17 +131,17 @@ class HookState:
                 "sent": sent, "rounds": sum(1 for r in rounds if r["reduce_calls"] or r["gather_calls"]),
                 **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS}})
 
-    def _count(self, **add: float) -> None:
+    def count(self, **add: float) -> None:
         with self._lock:
             for key, value in add.items():
-                self._stats[key] += value
+                self._stats[key] = self._stats.get(key, 0.0) + value
 
-    def _launched(self, at: float) -> None:
+    def launched(self, at: float) -> None:
         with self._lock:
             if self._comm_start is None:
                 self._comm_start = at
 
-    def _arrived(self, at: float, since: float) -> None:
+    def arrived(self, at: float, since: float) -> None:
         """A collective round launched at ``since`` completed at ``at``."""
         with self._lock:
             self._comm_end = at if self._comm_end is None else max(self._comm_end, at)
@@ -190,16 +191,16 @@ def check_finite(buffer: torch.Tensor, ctx: Bucket) -> None:
                                 "values are NaN or Inf; stopped before compression, so no error-feedback memory took them")
 
 
-def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, ctx: Bucket) -> None:
+def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, ctx: Bucket) -> None:
     """Compress, communicate, decompress one bucket (on the driver thread)."""
     numel = buffer.numel()
     check_finite(buffer, ctx)
-    compressor = state.compressor if numel >= state.dense_floor else _PLAIN
+    compressor = state.compressor if numel >= state.dense_floor else PLAIN
     t0 = now()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
     launched = now()
-    state._count(encode_s=launched - t0)
-    state._launched(launched)
+    state.count(encode_s=launched - t0)
+    state.launched(launched)
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
@@ -209,15 +210,15 @@ def _exchange(state: HookState, future: torch.futures.Future, buffer: torch.Tens
     while True:
         collectives.allreduce(current.reduce, state.process_group).wait()
         rounds.append(_finish_round(state, current))
-        state._arrived(now(), launched)
+        state.arrived(now(), launched)
         t = now()
         result = compressor.decompress(current, ctx, numel, out=buffer)    # native decoders write in place
         decode_s += now() - t
         if not isinstance(result, Payload):
             break
         current, launched = result, now()
-    state._record(ctx, numel, payload.sent, rounds)
-    _deliver(state, future, buffer, result, decode_s)
+    state.record(ctx, numel, payload.sent, rounds)
+    deliver(state, future, buffer, result, decode_s)
 
 
 def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done) -> None:
@@ -225,33 +226,35 @@ def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, 
     A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
     try:
         done.value()
-        state._record(ctx, numel, payload.sent, [_finish_round(state, payload)])
-        state._arrived(now(), launched)
+        state.record(ctx, numel, payload.sent, [_finish_round(state, payload)])
+        state.arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)
-        _deliver(state, future, buffer, result, now() - t)
+        deliver(state, future, buffer, result, now() - t)
     except BaseException as e:  # noqa: BLE001
         state.failure = e
         future.set_exception(e)
 
 
-def _deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, result: torch.Tensor,
+def deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, result: torch.Tensor,
              decode_s: float) -> None:
     if result.data_ptr() != buffer.data_ptr():
         buffer.copy_(result)
-    state._count(decode_s=decode_s)
+    state.count(decode_s=decode_s)
     future.set_result(buffer)
 
 
 def install(model: DistributedDataParallel, compressor: Compressor,
-            process_group: dist.ProcessGroup | None = None, serial: bool = False) -> HookState:
+            process_group: dist.ProcessGroup | None = None, serial: bool = False, exchange=None) -> HookState:
     """Make ``model`` communicate through ``compressor``; returns the state holding the counters.
     ``serial``: communicate only when ``exchange_pending`` is called after backward (the model
-    must be built with ``gradient_as_bucket_view=True``)."""
+    must be built with ``gradient_as_bucket_view=True``). ``exchange(state, future, buffer,
+    bucket)``: how a bucket meets the other ranks, when not through ``process_group``'s
+    collectives (parameter servers)."""
     if serial and not model.gradient_as_bucket_view:
         raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
     state = HookState(compressor, process_group, serial=serial,
-                      names={id(p): name for name, p in model.named_parameters()})
+                      names={id(p): name for name, p in model.named_parameters()}, exchange=exchange)
     compressor.attach(model)
     model.register_comm_hook(state, compression_hook)
     return state

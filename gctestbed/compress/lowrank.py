@@ -59,6 +59,8 @@ def orthogonalize(p: torch.Tensor, eps: float) -> None:
 @register
 class PowerSGD(Compressor):
     name = "powersgd"
+    server_decodes = False
+    server_refusal = "its second round needs the first round's sum on every worker"
     collective = "allreduce"
     summary = "PowerSGD: rank-r P Q^T by one power iteration, two all-reduces, warm start, error feedback"
     paper = "Vogels, Karimireddy & Jaggi, PowerSGD: Practical Low-Rank Gradient Compression, NeurIPS 2019"

@@ -211,6 +211,8 @@ class TernGradOptions:
 @register
 class TernGrad(Compressor):
     name = "terngrad"
+    server_decodes = False
+    server_refusal = "its workers first agree on a shared scale, a round a server does not run"
     collective = "allgather"
     summary = "TernGrad: shared scale (max |g| over ranks), then sign*Bernoulli(|g|/scale) in 2 bits: unbiased"
     paper = "Wen et al., TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning, NeurIPS 2017"

@@ -52,13 +52,14 @@ def describe() -> list[dict[str, Any]]:
     return rows
 
 
-def create(name: str, options: dict[str, Any], kernels: str = "torch") -> Compressor:
-    """An instance of ``name``, wrapped in error feedback when the method calls for it, running
-    the native kernels (``kernels="native"``, where built) or the pure-torch reference."""
+def create(name: str, options: dict[str, Any], kernels: str = "torch", feedback: bool = True) -> Compressor:
+    """An instance of ``name``, wrapped in error feedback when the method calls for it (and
+    ``feedback``: a parameter server's copy has none), running the native kernels
+    (``kernels="native"``, where built) or the pure-torch reference."""
     from .. import kernels as native
     compressor = get(name)(**options)
     compressor.ops = native.load(kernels) if compressor.has_kernels else None
-    if compressor.error_feedback:
+    if compressor.error_feedback and feedback:
         from .feedback import ErrorFeedback
         return ErrorFeedback(compressor)
     return compressor

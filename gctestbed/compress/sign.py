@@ -75,6 +75,7 @@ class SignumOptions:
 @register
 class Signum(_MajorityVote):
     name = "signum"
+    server_encodes = False
     summary = "Signum: sign of the local momentum, majority vote; momentum lives in the method"
     paper = "Bernstein et al., signSGD: Compressed Optimisation for Non-Convex Problems, ICML 2018"
     Options = SignumOptions

@@ -79,6 +79,8 @@ class RandomKOptions:
 @register
 class RandomK(Compressor):
     name = "randomk"
+    server_decodes = False
+    server_refusal = "its indices come from a random stream that travels with no payload"
     collective = "allreduce"
     summary = "k random elements, the same on every rank (shared seed): values all-reduced, indices never sent"
     paper = "Stich, Cordonnier & Jaggi, Sparsified SGD with Memory, NeurIPS 2018"

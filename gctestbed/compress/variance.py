@@ -93,6 +93,8 @@ def decode4(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 @register
 class Variance(Compressor):
     name = "variance"
+    server_decodes = False
+    server_refusal = "its encoder reads each whole parameter's per-micro-batch statistics, and servers may cut a parameter"
     collective = "allgather"
     has_kernels = True
     summary = "variance-based: send elements whose accumulated value is unambiguous, 4-bit + index"

@@ -129,7 +129,7 @@ class DockerCluster:
         os.makedirs(kernels.build_dir(), exist_ok=True)
         self.python = sys.executable if self.offline else "python"
         pids = {}
-        for rank in range(self.spec.nodes):
+        for rank in range(self.spec.world):
             cname = f"gct-{self.state.run_id}-c{rank}"
             self.state.add("container", name=cname)
             extra = {}

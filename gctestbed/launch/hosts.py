@@ -42,7 +42,7 @@ def hosts_rendezvous(rdzv: str) -> bool:
 
 
 def _torchrun(spec: RunSpec, rdzv: str, rdzv_id: str, ifname: str, module: str, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), "--nproc-per-node", "1",
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.world), "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", rdzv_id, "--max-restarts", "0",
             "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
             *(["--local-addr", nic.address(ifname)] if nic.address(ifname) else []),   # not the host name: it may
@@ -69,7 +69,7 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
     ifname = dev or "eth0"
     spec = resolve(spec, spec.run_id)
     session = Session(spec, shared=True)
-    env = {**os.environ, **{k: v for k, v in node_environment(0, spec.nodes, "", os.uname().nodename,
+    env = {**os.environ, **{k: v for k, v in node_environment(0, spec.world, "", os.uname().nodename,
                                                               os.cpu_count() or 1, ifname).items()
                             if k.startswith(("NCCL_", "GLOO_", "GCTESTBED_"))},
            "GCTESTBED_GATHER": "1", "GCTESTBED_CUDA_DEVICE": "0"}
@@ -83,7 +83,7 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
             shaped = True
         session.start("hosts", nic.describe(ifname), rdzv=rdzv, dev=dev)
         log = session.log_path(f"node-{me}")
-        if shaped and spec.calibrate and spec.nodes > 1:        # one job: calibration, then training
+        if shaped and spec.calibrate and spec.world > 1:        # one job: calibration, then training
             out = os.path.join(session.run_dir, f"calibration-{me}.json")
             status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.launch.hostcal",
                                      [session.spec_path, out]), env, log)

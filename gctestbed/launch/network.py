@@ -46,5 +46,5 @@ class Shaped:
 
     def node_env(self, node: Node) -> dict[str, str]:
         """What every launcher gives a node's worker: torchrun's variables, the CPU share, the pins."""
-        threads = max(1, (os.cpu_count() or 1) // self.spec.nodes)
-        return node_environment(node.rank, self.spec.nodes, self.network.nodes[0].address, node.name, threads)
+        threads = max(1, (os.cpu_count() or 1) // self.spec.world)
+        return node_environment(node.rank, self.spec.world, self.network.nodes[0].address, node.name, threads)

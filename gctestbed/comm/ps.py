@@ -1,0 +1,143 @@
+"""The workers' side of parameter servers: each bucket pushed to the servers, the sum pulled back.
+
+Which server sums which part follows MXNet's kvstore: a parameter with at least ``split``
+elements is cut into one block of rows per server (every server carries an equal share of it);
+smaller parameters go whole to the least loaded server so far. The partition depends only on the
+buckets' parameters, so every worker cuts the same way, and every server sees the same sequence
+of parts from every worker. A part is encoded by the method as a bucket of its own (its
+parameters' names and shapes), so error feedback and per-parameter state stay on the worker,
+keyed by parameter as always; the server answers with the dense sum or the sum encoded again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..compress import hook
+from ..compress.base import Bucket, Payload
+from ..spec import RunSpec
+from ..timing import now
+from . import wire
+
+
+@dataclass(frozen=True)
+class Piece:
+    offset: int           # in the bucket's flat buffer
+    numel: int
+    shape: tuple
+    id: object            # the parameter's name, or (name, "part", server) for a block of a cut one
+
+
+class Partition:
+    """Pieces of each bucket per server, cached by the bucket's parameters."""
+
+    def __init__(self, servers: int, split: int):
+        self.servers, self.split = servers, split
+        self.load = [0] * servers
+        self.cache: dict[tuple, list[list[Piece]]] = {}
+
+    def __call__(self, bucket: Bucket) -> list[list[Piece]]:
+        key = (bucket.ids, tuple(tuple(s) for s in bucket.shapes))
+        if key not in self.cache:
+            parts: list[list[Piece]] = [[] for _ in range(self.servers)]
+            offset = 0
+            for pid, shape in zip(bucket.ids, bucket.shapes):
+                n = shape.numel()
+                if n >= self.split and self.servers > 1:
+                    rows = shape[0] if len(shape) > 1 and shape[0] >= self.servers else n
+                    width = n // rows
+                    start = 0
+                    for k, chunk in enumerate(torch.arange(rows).tensor_split(self.servers)):
+                        shp = (len(chunk), *shape[1:]) if rows != n else (len(chunk),)
+                        parts[k].append(Piece(offset + start * width, len(chunk) * width, shp, (pid, "part", k)))
+                        self.load[k] += len(chunk) * width
+                        start += len(chunk)
+                else:
+                    k = min(range(self.servers), key=lambda i: (self.load[i], i))
+                    parts[k].append(Piece(offset, n, tuple(shape), pid))
+                    self.load[k] += n
+                offset += n
+            self.cache[key] = parts
+        return self.cache[key]
+
+
+class ServerExchange:
+    """``HookState.exchange`` for ``--comm ps``: push every part, pull every sum, write them back."""
+
+    def __init__(self, spec: RunSpec):
+        self.first, self.servers = spec.nodes, spec.servers
+        self.compressed = spec.comm_options["pull"] == "compressed"
+        self.partition = Partition(self.servers, spec.comm_options["split"])
+        self.layouts: list[dict[tuple, int]] = [{} for _ in range(self.servers)]
+
+    def _layout(self, k: int, sub: Bucket) -> tuple[int, dict]:
+        """The layout's number on server ``k``, and what to tell the server the first time."""
+        key = (sub.ids, tuple(sub.shapes))
+        if key in self.layouts[k]:
+            return self.layouts[k][key], {}
+        self.layouts[k][key] = len(self.layouts[k])
+        return self.layouts[k][key], {"shapes": [tuple(s) for s in sub.shapes], "ids": list(sub.ids)}
+
+    def __call__(self, state: hook.HookState, future, buffer: torch.Tensor, ctx: Bucket) -> None:
+        numel = buffer.numel()
+        hook.check_finite(buffer, ctx)
+        method = state.compressor if numel >= state.dense_floor else hook.PLAIN
+        buffer.div_(state.world_size)
+        t0 = now()
+        parts = []
+        for k, pieces in enumerate(self.partition(ctx)):
+            if not pieces:
+                continue
+            sub = Bucket(key=ctx.key, shapes=[torch.Size(p.shape) for p in pieces], step=ctx.step, rank=ctx.rank,
+                         world=ctx.world, ids=tuple(p.id for p in pieces))
+            flat = torch.cat([buffer[p.offset:p.offset + p.numel] for p in pieces])
+            parts.append((k, pieces, sub, method.encode(flat, sub)))
+        pushed = now()
+        state.count(encode_s=pushed - t0)
+        state.launched(pushed)
+        works, push_bytes = [], 0
+        for k, pieces, sub, payload in parts:
+            layout, first = self._layout(k, sub)
+            msg = wire.Message(ctx.step, layout, payload.reduce + payload.gather,
+                               {**first, "plain": method is hook.PLAIN, "reduce": len(payload.reduce)})
+            w, nbytes = wire.send(msg, self.first + k)
+            works += w
+            push_bytes += nbytes
+        for w in works:
+            w.wait()
+        sent = now()
+        pulled = wire.receive([self.first + k for k, *_ in parts])
+        arrived = now()
+        state.arrived(arrived, pushed)
+        state.count(push_s=sent - pushed, pull_s=arrived - sent)
+        for (k, pieces, sub, _), (msg, _nbytes) in zip(parts, pulled):
+            if msg is None or msg.step != ctx.step:
+                raise RuntimeError(f"server {k} answered step {ctx.step} bucket {ctx.key} out of turn")
+            n = sum(p.numel for p in pieces)
+            if self.compressed:
+                r = msg.info["reduce"]
+                pull = Payload(reduce=msg.tensors[:r], gather=msg.tensors[r:])
+                pull.gathered = [pull.gather] if pull.gather else None
+                total = method.decompress(pull, sub, n)
+            else:
+                total = msg.tensors[0]
+            offset = 0
+            for p in pieces:
+                buffer[p.offset:p.offset + p.numel] = total[offset:offset + p.numel]
+                offset += p.numel
+        state.count(decode_s=now() - arrived)
+        payload_bytes = sum(p.nbytes for *_, p in parts)
+        gather_bytes = sum(t.numel() * t.element_size() for *_, p in parts for t in p.gather)
+        chosen = [p.sent for *_, p in parts if p.sent is not None]
+        state.record(ctx, numel, sum(chosen) if chosen else None,
+                     [{"payload_bytes": payload_bytes, "gather_bytes": gather_bytes, "expected_tx_bytes": push_bytes,
+                       "reduce_calls": 0, "gather_calls": 0}])
+        hook.deliver(state, future, buffer, buffer, 0.0)
+
+
+def goodbye(spec: RunSpec) -> None:
+    """Tell every server this worker has no more steps."""
+    for work in [w for k in range(spec.servers) for w in wire.bye(spec.nodes + k)]:
+        work.wait()

@@ -1,0 +1,140 @@
+"""--comm: parameter servers as nodes of the network, local SGD and DiLoCo. Bytes are checked
+against the interface counters the kernel keeps and against the model's size (2 bits per
+element for twobit, 4 bytes per element for a dense pull), never only against the accounting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+
+import pytest
+import torch
+
+from gctestbed import flags
+from gctestbed.comm import ps, wire
+from gctestbed.compress.base import Bucket
+from gctestbed.spec import SpecError
+from helpers import finish, gctestbed, leftovers, show, start, wait_for_steps
+
+MODEL = "mlp:width=256,depth=2,input_dim=64"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("pss", "unknown --comm scheme 'pss'"), ("ps:servers=0", "servers must be from 1 to 32"),
+    ("ps:pull=sparse", "pull must be dense or compressed"), ("localsgd:period=0", "period must be 1 or more"),
+    ("diloco:outer_lr=-1", "outer_lr above 0"), ("ps:hosts=2", "has no option 'hosts'")])
+def test_bad_comm_strings_are_one_sentence_and_exit_2(text, says):
+    proc = gctestbed("run", "--comm", text, "--steps", "1")
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("compressor, comm, says", [
+    ("powersgd", "ps", "second round"), ("terngrad", "ps", "shared scale"), ("randomk", "ps", "random stream"),
+    ("variance", "ps", "statistics"), ("dgc", "ps:pull=compressed", "pull=dense"), ("fp16", "localsgd", "none")])
+def test_what_a_scheme_cannot_carry_is_refused_with_a_sentence(compressor, comm, says):
+    with pytest.raises(SpecError, match=says):
+        flags.build_spec(compressor=compressor, comm=comm)
+
+
+def test_servers_join_the_network_after_the_workers():
+    spec = flags.build_spec(nodes="4", comm="ps:servers=2", compressor="twobit")
+    assert (spec.nodes, spec.servers, spec.world, len(spec.network().nodes)) == (4, 2, 6, 6)
+    assert spec.role(1) == "node 1" and spec.role(5) == "server 1"
+
+
+def test_partition_cuts_big_parameters_over_every_server_and_balances_the_rest():
+    shapes = [torch.Size(s) for s in [(300, 10), (10,), (50, 4), (7,)]]
+    bucket = Bucket(key=0, shapes=shapes, ids=("w", "b", "v", "c"))
+    parts = ps.Partition(servers=2, split=1000)(bucket)
+    pieces = sorted((p.offset, p.numel) for part in parts for p in part)
+    covered = [i for off, n in pieces for i in range(off, off + n)]
+    assert covered == list(range(sum(s.numel() for s in shapes)))          # every element once
+    cut = [p for part in parts for p in part if isinstance(p.id, tuple)]
+    assert sorted(p.id for p in cut) == [("w", "part", 0), ("w", "part", 1)] and all(p.shape == (150, 10) for p in cut)
+    loads = [sum(p.numel for p in part) for part in parts]
+    assert abs(loads[0] - loads[1]) <= 200                                  # the small ones balance the servers
+
+
+def test_a_message_parses_back_to_its_tensors_and_counts_every_byte():
+    tensors = [torch.arange(5, dtype=torch.int32), torch.rand(3, dtype=torch.float16), torch.zeros(0)]
+    msg = wire.Message(7, 2, tensors, {"plain": False, "shapes": [(5,)]})
+    body = msg.body()
+    back = wire.Message.parse(7, 2, msg._header_len, body)
+    assert back.info == {"plain": False, "shapes": [(5,)]}
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(tensors, back.tensors))
+    assert body.numel() % wire.ALIGN == 0 and body.numel() >= msg._header_len + 20 + 6
+
+
+def _rows(path, sql):
+    conn = sqlite3.connect(path / "gctestbed.sqlite")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_parameter_server_twobit_push_is_compressed_and_the_pull_dense_on_the_wire(tmp_path, state_dir):
+    proc = gctestbed("run", "--nodes", "2", "--comm", "ps:servers=1", "--bw", "200mbit", "--compressor", "twobit",
+                     "--steps", "5", "--no-calibrate", "--workload", MODEL, "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path)
+    assert s["params_identical"] is True and s["servers"] and "server 0" in s["bottleneck"]
+    numel = _rows(tmp_path, "SELECT SUM(numel) FROM exchanges WHERE rank=0 AND step=4")[0][0]
+    assert numel == 256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10      # the mlp, counted by hand
+    # steps 2-4 (DDP's start-up broadcast drains in the first two): the kernel's counters
+    tx, expected = _rows(tmp_path, "SELECT SUM(tx_bytes), SUM(expected_tx_bytes) FROM steps WHERE step >= 2 AND rank < 2")[0]
+    assert 0.9 < tx / expected < 1.1, (tx, expected)
+    assert expected / 6 < 1.15 * numel * 2 / 8                             # 2 bits per element, per worker and step
+    srv = _rows(tmp_path, "SELECT SUM(rx_bytes), SUM(push_bytes), SUM(tx_bytes), SUM(pull_bytes) FROM server_steps")[0]
+    assert 0.9 < srv[0] / srv[1] < 1.1 and 0.9 < srv[2] / srv[3] < 1.1, srv
+    assert srv[3] >= 2 * 5 * 4 * numel                                     # dense fp32 sums to both workers
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_four_workers_two_servers_compressed_pull_share_the_load(tmp_path, state_dir):
+    proc = gctestbed("run", "--nodes", "4", "--comm", "ps:servers=2,pull=compressed,split=4096", "--bw", "200mbit",
+                     "--compressor", "twobit", "--steps", "4", "--no-calibrate", "--workload", MODEL,
+                     "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path)
+    assert s["params_identical"] is True and s["steps_recorded"] == 4
+    pushed = [v["total_push_bytes"] for v in s["servers"]]
+    assert min(pushed) > 0.3 * sum(pushed), pushed                        # both servers carry a share
+    for v in s["servers"]:                                                 # compressed both ways, on the wire
+        assert 0.9 < v["total_tx_bytes"] / v["total_pull_bytes"] < 1.15 and v["total_pull_bytes"] < 1.3 * v["total_push_bytes"]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("comm, averaged", [("localsgd:period=4", {3, 7, 8}), ("diloco:inner=4", {3, 7, 8})])
+def test_local_steps_send_nothing_and_the_replicas_end_identical(tmp_path, state_dir, comm, averaged):
+    proc = gctestbed("run", "--nodes", "2", "--comm", comm, "--bw", "200mbit", "--steps", "9", "--no-calibrate",
+                     "--workload", MODEL, "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert show(tmp_path)["params_identical"] is True
+    params_bytes = 4 * (256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10)
+    for step, tx in _rows(tmp_path, "SELECT step, tx_bytes FROM steps WHERE rank=0 AND step >= 2 ORDER BY step"):
+        if step in averaged:                                               # a ring all-reduce of the model: ~1x it
+            assert 0.9 * params_bytes < tx < 1.2 * params_bytes, (step, tx)
+        else:
+            assert tx < 2000, (step, tx)                                   # nothing but stray ACKs
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_killing_a_server_fails_the_run_naming_it(tmp_path, state_dir):
+    proc = start("run", "--nodes", "2", "--comm", "ps:servers=1", "--bw", "1gbit", "--workload", MODEL,
+                 "--steps", "100000", "--no-calibrate", "--timeout", "30s", "--results", str(tmp_path))
+    ledger = wait_for_steps(tmp_path, 3)
+    server = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n2"))
+    os.kill(server["pid"], signal.SIGKILL)
+    _, err = finish(proc)
+    assert proc.returncode == 1, err
+    assert leftovers(ledger["run_id"]) == []
+    s = show(tmp_path, ledger["run_id"])
+    assert s["status"] == "failed" and "server 0 (rank 2" in s["error"] and "SIGKILL" in s["error"], s["error"]
+    assert s["steps_recorded"] >= 3
