@@ -7,6 +7,8 @@ issued in the same order on every rank (a one-bucket model would hide a mismatch
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 
@@ -30,8 +32,12 @@ def _run(tmp_path, method, nodes):
 def test_method_on_three_nodes(tmp_path, state_dir, method):
     s = _run(tmp_path, method, 3)
     assert s["status"] == "ok" and s["params_identical"] is True and s["buckets_per_step"] >= 2
-    expected, wire = s["expected_tx_bytes_per_step"], s["wire_bytes_per_step"]
-    assert expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET * s["buckets_per_step"], (expected, wire)
+    # over steps 1-3 together, not per-step medians: a step's last message may still be queued when
+    # its node reads the counters and is then counted in the next step (variance's payloads vary)
+    conn = sqlite3.connect(tmp_path / "gctestbed.sqlite")
+    expected, wire, n = conn.execute("SELECT SUM(expected_tx_bytes), SUM(tx_bytes), COUNT(*) FROM steps WHERE step >= 1").fetchone()
+    conn.close()
+    assert 0.98 * expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET * s["buckets_per_step"] * n, (expected, wire)
 
 
 def test_empty_payloads_do_not_hang(tmp_path, state_dir):
