@@ -452,8 +452,9 @@ class RunSpec:
 
     @property
     def servers(self) -> int:
-        """Parameter-server nodes (``--comm ps:servers=K``); 0 for every other scheme."""
-        return int(self.comm_options.get("servers", 1)) if self.comm == "ps" else 0
+        """Parameter-server nodes (``--comm ps:servers=K``, its options resolved by gctestbed.comm);
+        0 for every other scheme."""
+        return int(self.comm_options["servers"]) if self.comm == "ps" else 0
 
     @property
     def world(self) -> int:

@@ -115,3 +115,12 @@ def ledger(state_dir):
     yield state
     problems = state.undo()
     assert not problems, problems
+
+
+@pytest.fixture
+def single_rank_group(tmp_path):
+    """A one-rank Gloo process group, for hooks and averaging without a network."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -59,11 +59,47 @@ def test_partition_cuts_big_parameters_over_every_server_and_balances_the_rest()
 def test_a_message_parses_back_to_its_tensors_and_counts_every_byte():
     tensors = [torch.arange(5, dtype=torch.int32), torch.rand(3, dtype=torch.float16), torch.zeros(0)]
     msg = wire.Message(7, 2, tensors, {"plain": False, "shapes": [(5,)]})
-    body = msg.body()
-    back = wire.Message.parse(7, 2, msg._header_len, body)
+    body, header_len = msg.body()
+    back = wire.Message.parse(7, 2, header_len, body)
     assert back.info == {"plain": False, "shapes": [(5,)]}
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(tensors, back.tensors))
-    assert body.numel() % wire.ALIGN == 0 and body.numel() >= msg._header_len + 20 + 6
+    assert body.numel() % 8 == 0 and body.numel() >= header_len + 20 + 6
+
+
+def test_diloco_outer_step_is_the_papers_nesterov_step_on_the_averaged_change(single_rank_group):
+    """DiLoCo (Douillard et al. 2023, Algorithm 1): every H inner steps the outer gradient is
+    delta = theta_shared - theta_local (averaged over workers; one here), and the outer optimizer
+    is SGD with Nesterov momentum: v = mu v + delta, theta_shared -= lr (delta + mu v); every worker
+    starts again from theta_shared. The numbers below are worked by hand from those lines."""
+    from gctestbed.comm.local import DiLoCo
+    spec = flags.build_spec(comm="diloco:inner=2,outer_lr=0.7,outer_momentum=0.9", steps="10")
+    p = torch.nn.Parameter(torch.zeros(3))
+    diloco = DiLoCo(spec, [p])
+    for step, inner_step in enumerate([-1.0, -1.0, -0.5, -0.5]):
+        with torch.no_grad():
+            p += inner_step                                   # what the inner optimizer did
+        diloco.after_step(step)
+        if step == 1:   # delta 2, v 2: 0 - 0.7 * (2 + 0.9 * 2)
+            assert torch.allclose(p, torch.full((3,), -2.66)), p
+        if step == 3:   # delta 1, v 0.9 * 2 + 1 = 2.8: -2.66 - 0.7 * (1 + 0.9 * 2.8)
+            assert torch.allclose(p, torch.full((3,), -5.124)), p
+        if step == 2:   # between outer steps the local parameters are left alone
+            assert torch.allclose(p, torch.full((3,), -3.16)), p
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_dense_parameter_server_trains_bit_for_bit_like_the_ring(tmp_path, state_dir):
+    """With two workers a ring all-reduce adds a + b for every element, as the server does: a run
+    through a server must end with the ring's parameters, bit for bit. A server that lost a
+    worker's push, or summed the wrong parts, still leaves identical replicas, but not these."""
+    digests = {}
+    for comm in ("allreduce", "ps:servers=2,split=4096"):
+        proc = gctestbed("run", "--nodes", "2", "--comm", comm, "--bw", "1gbit", "--steps", "4", "--no-calibrate",
+                         "--workload", MODEL, "--results", str(tmp_path / comm.split(":")[0]))
+        assert proc.returncode == 0, proc.stderr
+        digests[comm] = _rows(tmp_path / comm.split(":")[0], "SELECT DISTINCT param_sha256 FROM nodes WHERE role='worker'")
+    assert len(digests["allreduce"]) == 1 and digests["allreduce"] == digests["ps:servers=2,split=4096"], digests
 
 
 def _rows(path, sql):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gctestbed import compress
@@ -38,13 +37,6 @@ def test_fp16_halves_bytes_and_round_trips_to_half_precision():
     out = c.decompress(p, bucket, 1001)
     assert out.dtype == torch.float32
     assert torch.equal(out, g.half().float())
-
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("name", ["none", "fp16"])

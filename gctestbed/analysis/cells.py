@@ -123,8 +123,13 @@ def _label(compressor: str, comm: str) -> str:
 def _comm(spec: RunSpec) -> str:
     """``--comm`` of a run outside a sweep, with the option that tells its runs apart."""
     o = spec.comm_options
-    return {"ps": lambda: f"ps:servers={o['servers']},pull={o['pull']}", "localsgd": lambda: f"localsgd:period={o['period']}",
-            "diloco": lambda: f"diloco:inner={o['inner']}"}.get(spec.comm, lambda: spec.comm)()
+    if spec.comm == "ps":
+        return f"ps:servers={o['servers']},pull={o['pull']}"
+    if spec.comm == "localsgd":
+        return f"localsgd:period={o['period']}"
+    if spec.comm == "diloco":
+        return f"diloco:inner={o['inner']}"
+    return spec.comm
 
 
 def _tail_mean(losses: list[float | None]) -> float | None:

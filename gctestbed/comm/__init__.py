@@ -7,6 +7,6 @@ steps and average the model now and then (``local.py``). ``schemes.py`` parses t
 which methods each scheme can carry.
 """
 
-from .schemes import OPTIONS, check, names, resolve
+from .schemes import OPTIONS, check, resolve
 
-__all__ = ["OPTIONS", "check", "names", "resolve"]
+__all__ = ["OPTIONS", "check", "resolve"]

@@ -37,55 +37,72 @@ def keep_local(after: int):
     return exchange
 
 
-def _param_bytes(params: list[torch.Tensor], world: int) -> int:
-    return collectives.wire_bytes(sum(p.numel() * p.element_size() for p in params), 0, world)
+class _Periodic:
+    """What local SGD and DiLoCo share: after each optimizer step, average when ``due``
+    (and after the last step), and say what it cost."""
 
-
-class LocalSGD:
     def __init__(self, spec: RunSpec, params: list[torch.nn.Parameter]):
-        o = spec.comm_options
-        self.params, self.last, self.world = params, spec.steps - 1, spec.nodes
-        self.period, self.warmup = o["period"], o["warmup"]
+        self.params, self.last, self.options = params, spec.steps - 1, spec.comm_options
+        self.bytes = collectives.wire_bytes(sum(p.numel() * p.element_size() for p in params), 0, spec.nodes)
 
-    def exchange(self):
-        return keep_local(self.warmup)
+    def due(self, step: int) -> bool:
+        raise NotImplementedError
+
+    def average(self) -> None:
+        raise NotImplementedError
 
     def after_step(self, step: int) -> dict:
-        """Average after every ``period`` local steps (and after the last); what it cost. Torch's
-        utils.average_parameters, as its PeriodicModelAverager does, on every parameter (the
-        averager skips those whose gradient was already cleared)."""
-        local = step + 1 - self.warmup
-        if local <= 0 or (local % self.period and step != self.last):
+        if not self.due(step) and step != self.last:
             return {"sync_s": 0.0, "sync_tx_bytes": 0}
         t = now()
+        self.average()
+        return {"sync_s": now() - t, "sync_tx_bytes": self.bytes}
+
+
+class LocalSGD(_Periodic):
+    """Average after every ``period`` local steps, with torch's utils.average_parameters as its
+    PeriodicModelAverager does, on every parameter (the averager skips those whose gradient was
+    already cleared)."""
+
+    def exchange(self):
+        return keep_local(self.options["warmup"])
+
+    def due(self, step: int) -> bool:
+        local = step + 1 - self.options["warmup"]
+        return local > 0 and local % self.options["period"] == 0
+
+    def after_step(self, step: int) -> dict:
+        if step < self.options["warmup"]:          # the warm-up all-reduced the gradients already
+            return {"sync_s": 0.0, "sync_tx_bytes": 0}
+        return super().after_step(step)
+
+    def average(self) -> None:
         utils.average_parameters(iter(self.params), dist.group.WORLD)
-        return {"sync_s": now() - t, "sync_tx_bytes": _param_bytes(self.params, self.world)}
 
 
-class DiLoCo:
+class DiLoCo(_Periodic):
+    """Every ``inner`` steps: the change since the last outer step, averaged over the workers, is
+    the outer gradient of an SGD step with Nesterov momentum on the shared parameters."""
+
     def __init__(self, spec: RunSpec, params: list[torch.nn.Parameter]):
-        o = spec.comm_options
-        self.params, self.inner, self.last, self.world = params, o["inner"], spec.steps - 1, spec.nodes
+        super().__init__(spec, params)
+        o = self.options
         self.shared = [p.detach().clone().requires_grad_(True) for p in params]
         self.outer = torch.optim.SGD(self.shared, lr=o["outer_lr"], momentum=o["outer_momentum"], nesterov=True)
 
     def exchange(self):
         return keep_local(0)
 
-    def after_step(self, step: int) -> dict:
-        if (step + 1) % self.inner and step != self.last:
-            return {"sync_s": 0.0, "sync_tx_bytes": 0}
-        t = now()
+    def due(self, step: int) -> bool:
+        return (step + 1) % self.options["inner"] == 0
+
+    def average(self) -> None:
         with torch.no_grad():
-            delta = torch.cat([(s - p).reshape(-1) for s, p in zip(self.shared, self.params)])  # the outer gradient
-            dist.all_reduce(delta)
-            delta /= self.world
-            offset = 0
-            for s in self.shared:
-                s.grad = delta[offset:offset + s.numel()].view_as(s).clone()
-                offset += s.numel()
+            deltas = [s - p for s, p in zip(self.shared, self.params)]
+            utils.average_parameters(iter(deltas), dist.group.WORLD)
+            for s, d in zip(self.shared, deltas):
+                s.grad = d
         self.outer.step()
         with torch.no_grad():
             for s, p in zip(self.shared, self.params):
                 p.copy_(s)
-        return {"sync_s": now() - t, "sync_tx_bytes": _param_bytes(self.params, self.world)}

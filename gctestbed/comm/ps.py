@@ -102,7 +102,7 @@ class ServerExchange:
             layout, first = self._layout(k, sub)
             msg = wire.Message(ctx.step, layout, payload.reduce + payload.gather,
                                {**first, "plain": method is hook.PLAIN, "reduce": len(payload.reduce)})
-            w, nbytes = wire.send(msg, self.first + k)
+            w, nbytes = wire.send(msg, [self.first + k])
             works += w
             push_bytes += nbytes
         for w in works:

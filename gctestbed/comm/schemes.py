@@ -57,10 +57,6 @@ class DiLoCoOptions:
 OPTIONS: dict[str, type] = dict(zip(COMMS, (AllReduceOptions, PSOptions, LocalSGDOptions, DiLoCoOptions)))
 
 
-def names() -> list[str]:
-    return list(OPTIONS)
-
-
 def resolve(text: str) -> tuple[str, dict[str, Any]]:
     """``ps:servers=2`` -> ("ps", every option with its value or default)."""
     name, raw = parse_choice(text, "--comm")

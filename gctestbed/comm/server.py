@@ -76,11 +76,7 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
         else:
             reply = wire.Message(step, layout, [total.to(torch.float32)])
         t2 = now()
-        works, pulled = [], 0
-        for w in workers:
-            sent, nbytes = wire.send(reply, w)
-            works += sent
-            pulled += nbytes
+        works, pulled = wire.send(reply, workers)
         for work in works:
             work.wait()
         stats["wait_s"] += t1 - t0

@@ -17,13 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..compress import collectives
+
 ENVELOPE_BYTES = 4 * 8
 BYE = -1            # an envelope whose step is BYE: the sender has no more steps
-ALIGN = 8
-
-
-def _aligned(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 @dataclass
@@ -33,37 +30,30 @@ class Message:
     tensors: list[torch.Tensor] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)     # travels pickled in the header
 
-    def body(self) -> torch.Tensor:
+    def body(self) -> tuple[torch.Tensor, int]:
+        """The byte buffer that follows the envelope (collectives.pack's layout: the header, then
+        the tensors), and the header's length."""
         header = pickle.dumps({**self.info, "tensors": [(str(t.dtype).removeprefix("torch."), t.numel())
                                                         for t in self.tensors]})
-        size = _aligned(len(header)) + sum(_aligned(t.numel() * t.element_size()) for t in self.tensors)
-        buf = torch.zeros(size, dtype=torch.uint8)
-        buf[:len(header)] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
-        offset = _aligned(len(header))
-        for t in self.tensors:
-            raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-            buf[offset:offset + raw.numel()] = raw
-            offset += _aligned(raw.numel())
-        self._header_len = len(header)
-        return buf
+        raw = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+        return collectives.pack([raw, *(t.detach().cpu() for t in self.tensors)]), len(header)
 
     @staticmethod
     def parse(step: int, layout: int, header_len: int, buf: torch.Tensor) -> "Message":
         info = pickle.loads(buf[:header_len].numpy().tobytes())
-        tensors, offset = [], _aligned(header_len)
-        for dtype, numel in info.pop("tensors"):
-            kind = getattr(torch, dtype)
-            nbytes = numel * torch.empty(0, dtype=kind).element_size()
-            tensors.append(buf[offset:offset + nbytes].view(kind).clone())
-            offset += _aligned(nbytes)
-        return Message(step, layout, tensors, info)
+        described = info.pop("tensors")
+        parts = collectives.cut(buf, [header_len, *(n for _, n in described)],
+                                [torch.uint8, *(getattr(torch, d) for d, _ in described)])
+        return Message(step, layout, [t.clone() for t in parts[1:]], info)
 
 
-def send(msg: Message, dst: int) -> tuple[list, int]:
-    """Post ``msg`` to rank ``dst``; the pending works and the bytes it puts on the wire."""
-    body = msg.body()
-    envelope = torch.tensor([msg.step, msg.layout, msg._header_len, body.numel()], dtype=torch.int64)
-    return [dist.isend(envelope, dst), dist.isend(body, dst)], ENVELOPE_BYTES + body.numel()
+def send(msg: Message, dsts: list[int]) -> tuple[list, int]:
+    """Post ``msg`` to every rank of ``dsts`` (packed once); the pending works and the bytes it
+    puts on the wire."""
+    body, header_len = msg.body()
+    envelope = torch.tensor([msg.step, msg.layout, header_len, body.numel()], dtype=torch.int64)
+    works = [w for dst in dsts for w in (dist.isend(envelope, dst), dist.isend(body, dst))]
+    return works, len(dsts) * (ENVELOPE_BYTES + body.numel())
 
 
 def bye(dst: int) -> list:

@@ -18,8 +18,36 @@ GATHER_CALLS = 2   # all_gather calls per gather: the counts, then the data
 ALIGN = 8          # every tensor starts 8-byte aligned in the gather buffer, so views of any dtype work
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def packed_size(counts, tensors: list[torch.Tensor]) -> int:
+    """Bytes ``pack`` needs for tensors of these dtypes (``tensors``) with ``counts`` elements."""
+    return sum(aligned(int(n) * t.element_size()) for n, t in zip(counts, tensors))
+
+
+def pack(tensors: list[torch.Tensor], width: int | None = None) -> torch.Tensor:
+    """Every tensor's bytes in one byte buffer, each 8-byte aligned, zero-padded to ``width``."""
+    size = packed_size([t.numel() for t in tensors], tensors)
+    device = tensors[0].device if tensors else torch.device("cpu")
+    buf = torch.zeros(max(size, width or 0), dtype=torch.uint8, device=device)
+    offset = 0
+    for t in tensors:
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        buf[offset:offset + raw.numel()] = raw
+        offset += aligned(raw.numel())
+    return buf
+
+
+def cut(buf: torch.Tensor, counts, dtypes: list[torch.dtype]) -> list[torch.Tensor]:
+    """``pack``'s tensors back: views of ``buf`` with ``counts`` elements of ``dtypes``."""
+    parts, offset = [], 0
+    for n, dtype in zip(counts, dtypes):
+        nbytes = int(n) * torch.empty(0, dtype=dtype).element_size()
+        parts.append(buf[offset:offset + nbytes].view(dtype))
+        offset += aligned(nbytes)
+    return parts
 
 
 def allreduce(tensors: list[torch.Tensor], group=None) -> torch.futures.Future:
@@ -39,24 +67,11 @@ def gather(tensors: list[torch.Tensor], group=None) -> tuple[list[list[torch.Ten
     counts = torch.tensor([t.numel() for t in tensors], dtype=torch.int64, device=device)
     all_counts = [torch.empty_like(counts) for _ in range(world)]
     dist.all_gather(all_counts, counts, group=group)
-    sizes = [sum(_aligned(int(n) * t.element_size()) for n, t in zip(c, tensors)) for c in all_counts]
-    width = max(ALIGN, max(sizes))
-    mine = torch.zeros(width, dtype=torch.uint8, device=device)
-    offset = 0
-    for t in tensors:
-        raw = t.contiguous().reshape(-1).view(torch.uint8)
-        mine[offset:offset + raw.numel()] = raw
-        offset += _aligned(raw.numel())
+    width = max(ALIGN, max(packed_size(c, tensors) for c in all_counts))
+    mine = pack(tensors, width)
     buffers = [torch.empty(width, dtype=torch.uint8, device=device) for _ in range(world)]
     dist.all_gather(buffers, mine, group=group)
-    out = []
-    for buf, c in zip(buffers, all_counts):
-        parts, offset = [], 0
-        for n, t in zip(c.tolist(), tensors):
-            nbytes = n * t.element_size()
-            parts.append(buf[offset:offset + nbytes].view(t.dtype))
-            offset += _aligned(nbytes)
-        out.append(parts)
+    out = [cut(buf, c.tolist(), [t.dtype for t in tensors]) for buf, c in zip(buffers, all_counts)]
     return out, width + counts.numel() * 8
 
 

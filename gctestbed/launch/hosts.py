@@ -41,9 +41,9 @@ def hosts_rendezvous(rdzv: str) -> bool:
     return bool(wanted & mine)
 
 
-def _torchrun(spec: RunSpec, rdzv: str, rdzv_id: str, ifname: str, module: str, args: list[str]) -> list[str]:
+def _torchrun(spec: RunSpec, rdzv: str, ifname: str, module: str, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.world), "--nproc-per-node", "1",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", rdzv_id, "--max-restarts", "0",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv, "--rdzv-id", spec.run_id, "--max-restarts", "0",
             "--rdzv-conf", f"is_host={str(hosts_rendezvous(rdzv)).lower()}",
             *(["--local-addr", nic.address(ifname)] if nic.address(ifname) else []),   # not the host name: it may
             "-m", module, *args]                                                  # resolve off the shaped NIC
@@ -85,14 +85,14 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
         log = session.log_path(f"node-{me}")
         if shaped and spec.calibrate and spec.world > 1:        # one job: calibration, then training
             out = os.path.join(session.run_dir, f"calibration-{me}.json")
-            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.launch.hostcal",
+            status = _wait(_torchrun(spec, rdzv, ifname, "gctestbed.launch.hostcal",
                                      [session.spec_path, out]), env, log)
             if os.path.exists(out):
                 error = session.calibrate(lambda: calibrate.load(out))
             elif status != 0:
                 error = f"calibrating the hosts' paths failed on {os.uname().nodename} (torchrun exited with {status}; see {log})"
         else:
-            status = _wait(_torchrun(spec, rdzv, spec.run_id, ifname, "gctestbed.worker", [session.spec_path]), env, log)
+            status = _wait(_torchrun(spec, rdzv, ifname, "gctestbed.worker", [session.spec_path]), env, log)
         if error is None and status != 0:
             error = f"torchrun on {os.uname().nodename} exited with {status}"
     except BaseException as e:

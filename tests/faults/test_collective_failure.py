@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gctestbed import compress
 from gctestbed.compress import collectives, hook
 from gctestbed.worker import exchange_failed
-
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _failing_allreduce(tensors, group=None):
