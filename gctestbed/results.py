@@ -666,8 +666,9 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     per_step = [done[s] for s in measured]
     step_s = _median(max(r["step_s"] for r in rs) for rs in per_step)
     n = spec.nodes
-    busbw = _median(r["payload_bytes"] * 8 * 2 * (n - 1) / n / r["comm_s"]
-                    for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"])
+    busbw = _median(r["payload_bytes"] * 8 * 2 * (n - 1) / n / r["comm_s"]                # the ring's figure only
+                    for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"]) \
+        if spec.comm == "allreduce" else None
     last = done[complete[-1]] if complete else []
     net = spec.network()
     bottleneck = min(d.rate_bps for hop in [n.hop for n in net.nodes] + [t.hop for t in net.trunks]

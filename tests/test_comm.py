@@ -118,6 +118,7 @@ def test_parameter_server_twobit_push_is_compressed_and_the_pull_dense_on_the_wi
     assert proc.returncode == 0, proc.stderr
     s = show(tmp_path)
     assert s["params_identical"] is True and s["servers"] and "server 0" in s["bottleneck"]
+    assert s["busbw_bps"] is None                                          # a ring's figure: not for servers
     numel = _rows(tmp_path, "SELECT SUM(numel) FROM exchanges WHERE rank=0 AND step=4")[0][0]
     assert numel == 256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10      # the mlp, counted by hand
     # steps 2-4 (DDP's start-up broadcast drains in the first two): the kernel's counters
