@@ -154,11 +154,16 @@ def test_local_steps_send_nothing_and_the_replicas_end_identical(tmp_path, state
     assert proc.returncode == 0, proc.stderr
     assert show(tmp_path)["params_identical"] is True
     params_bytes = 4 * (256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10)
-    for step, tx in _rows(tmp_path, "SELECT step, tx_bytes FROM steps WHERE rank=0 AND step >= 2 ORDER BY step"):
-        if step in averaged:                                               # a ring all-reduce of the model: ~1x it
-            assert 0.9 * params_bytes < tx < 1.2 * params_bytes, (step, tx)
-        else:
-            assert tx < 2000, (step, tx)                                   # nothing but stray ACKs
+    tx = dict(_rows(tmp_path, "SELECT step, tx_bytes FROM steps WHERE rank=0 AND step >= 2 ORDER BY step"))
+    # An averaging step's queued tail is counted in the next step, so the averaged bytes are judged together
+    # (each average is a ring all-reduce of the model: about 1x it), and a local step only where no tail can land.
+    total = sum(tx.values())
+    assert 0.9 * len(averaged) * params_bytes < total < 1.2 * len(averaged) * params_bytes, tx
+    for step, sent in tx.items():
+        if step not in averaged and step - 1 not in averaged:
+            assert sent < 2000, (step, tx)                                 # nothing but stray ACKs
+        elif step not in averaged:
+            assert sent < 2000 + 0.3 * params_bytes, (step, tx)            # at most an average's tail
 
 
 @pytest.mark.root
