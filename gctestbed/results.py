@@ -599,6 +599,7 @@ class RunSummary:
     median_sync_s: float | None = None       # local SGD, DiLoCo: averaging time, over the steps that averaged
     servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
+    amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over the measured steps (see _amortised)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -649,6 +650,17 @@ def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | 
     return f"{where}: {seconds:.3g} s per step at the shaped rate"
 
 
+def _amortised(per_step: list) -> dict[str, Any]:
+    """Local SGD and DiLoCo exchange only on the steps that average, so their median step is a
+    local one that sends nothing: step time, bytes and collectives are compared as means over the
+    measured steps instead, with the share of those steps that averaged."""
+    return {"step_s": _mean(max(r["step_s"] for r in rs) for rs in per_step),
+            "expected_tx_bytes": _mean(_mean(r["expected_tx_bytes"] or 0 for r in rs) for rs in per_step),
+            "reduce_calls": _mean(_mean(r["reduce_calls"] or 0 for r in rs) for rs in per_step),
+            "averaged_share": _mean(float(any(r["sync_s"] for r in rs)) for rs in per_step),
+            "steps": len(per_step)}
+
+
 def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
@@ -687,6 +699,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_pull_s=_median(r["pull_s"] for rs in per_step for r in rs if r["pull_s"] is not None),
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
+        amortised=_amortised(per_step) if spec.comm in ("localsgd", "diloco") and per_step else None,
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],

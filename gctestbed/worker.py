@@ -139,7 +139,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         stats = comm.take_step_stats()
         if averaging is not None:        # local SGD, DiLoCo: the model averaged now and then
             synced = averaging.after_step(step)
-            stats.update(sync_s=synced["sync_s"], expected_tx_bytes=stats["expected_tx_bytes"] + synced["sync_tx_bytes"])
+            stats.update(sync_s=synced["sync_s"], expected_tx_bytes=stats["expected_tx_bytes"] + synced["sync_tx_bytes"],
+                         reduce_calls=stats["reduce_calls"] + synced["sync_calls"])
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
                       compute_s=compute_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,

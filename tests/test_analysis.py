@@ -176,3 +176,50 @@ def test_time_to_accuracy_counts_the_steps_own_times_until_the_target(tmp_path):
     twobit = next(e for e in table["rows"] if e["compressor"] == "twobit")
     none_s = 4 * rows["none"].step_s            # none reaches 0.6 at its evaluation after step 4
     assert twobit["steps"] == 4 and twobit["speedup"] == pytest.approx(none_s / (4 * rows["twobit"].step_s))
+
+
+def test_parameter_servers_and_local_sgd_are_predicted_by_their_own_terms(tmp_path):
+    synthetic.fill(str(tmp_path))
+    synthetic.fill_schemes(str(tmp_path))
+    rows = cells.load(str(tmp_path))
+    f = model.fit(rows, "tail")
+    assert f.eta == pytest.approx(synthetic.ETA, rel=0.001)          # fitted on the ring's none alone
+    preds = {p.row.run_id: p for p in f.predictions}
+    for bw in synthetic.BWS:
+        for mode in ("overlap", "serial"):                               # the server's link bounds both phases
+            p = preds[f"ps{int(bw)}{mode}"]
+            assert p.row.compressor == "twobit over ps:servers=1"
+            assert p.predicted_s == pytest.approx(synthetic.ps_true_step(bw, mode)[0], rel=0.005)
+        local = preds[f"localsgd{int(bw)}overlap"]                       # every 4th step averages: the mean counts
+        truth = [synthetic.local_step(s, 9, bw)[0] for s in range(1, 9)]
+        assert local.row.step_s == pytest.approx(sum(truth) / len(truth))
+        assert local.row.averaged_share == pytest.approx(3 / 8)
+        assert local.predicted_s == pytest.approx(local.row.step_s, rel=0.005)
+    assert not f.misses
+    # ring-only projection leaves the other schemes out; the report compares them by label
+    assert {e["compressor"] for e in model.project(rows, f, [2], [1e9])} == {"fp16", "twobit"}
+    labels = {b["compressor"] for b in report.analyse(rows)["break_even"]}
+    assert {"twobit over ps:servers=1", "none over localsgd:period=4"} <= labels
+
+
+@pytest.mark.parametrize("twobit_steps", [2, 6])
+def test_break_even_by_time_to_target_follows_the_steps_each_method_needed(tmp_path, twobit_steps):
+    from gctestbed import results
+    bws = (1e7, 1e8, 1e9)
+    synthetic.fill(str(tmp_path), methods=("none", "twobit"), bws=bws, modes=("overlap",), steps=6)
+    for bw in bws:                      # none reaches 0.9 at step 2; twobit at step ``twobit_steps``
+        for method, at in (("none", 2), ("twobit", twobit_steps)):
+            rec = results.Recorder(str(tmp_path), f"{method}{int(bw)}overlap")
+            for step in (2, 4, 6):
+                rec.evaluation(step, 0.1, 0.9 if step >= at else 0.5, 1000)
+            rec.node(0, eval_accuracy=0.9, eval_samples=1000)
+            rec.close()
+    (table,) = report.build(str(tmp_path), str(tmp_path / "out"))["time_to_accuracy"]
+    (b,) = table["break_even"]
+    truth = [synthetic.true_step("none", bw, "overlap")[0] * 2 / (synthetic.true_step("twobit", bw, "overlap")[0] * twobit_steps)
+             for bw in bws]
+    kind, bw = breakeven.crossing(list(bws), truth)
+    assert (b["compressor"], b["kind"]) == ("twobit", kind) and b["bw_bps"] == (pytest.approx(bw) if bw else None)
+    # by step time twobit pays off at all three (1.14x at 1 Gbit/s); needing three times the steps, it stops paying off
+    assert b["kind"] == ("always" if twobit_steps == 2 else "crosses") and (b["bw_bps"] or 0) < 1e9
+    assert "break-even by time to the target" in (tmp_path / "out" / "report.html").read_text()

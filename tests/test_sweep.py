@@ -125,3 +125,18 @@ def test_the_optimizer_is_an_axis_that_leaves_older_grids_names_and_cells_as_the
     assert {c.spec.optimizer_options.get("beta2") for c in both} == {None, 0.98}
     with pytest.raises(SpecError, match="dgc applies momentum itself"):
         sweep.plan(_grid(tmp_path, optimizer=["adam"], compressor=["dgc"]))
+
+
+def test_comm_is_an_axis_that_leaves_older_grids_names_and_cells_as_they_were(tmp_path):
+    old = _grid(tmp_path)
+    assert _grid(tmp_path, comm=["allreduce"]).default_name() == old.default_name()
+    both = sweep.plan(_grid(tmp_path, comm=["allreduce", "ps:servers=2,pull=dense"]))
+    assert len(both) == 2 * len(sweep.plan(old))
+    assert {(c.spec.comm, c.spec.servers, c.spec.world) for c in both} == {("allreduce", 0, 2), ("ps", 2, 4)}
+    assert {json.loads(c.key).get("comm") for c in both} == {"allreduce", "ps:servers=2,pull=dense"}
+    local = sweep.plan(_grid(tmp_path, comm=["localsgd:period=8"], compressor=["none"]))
+    assert {(c.spec.comm, c.spec.comm_options["period"]) for c in local} == {("localsgd", 8)}
+    with pytest.raises(SpecError, match="use --compressor none with it"):     # refused before anything runs
+        sweep.plan(_grid(tmp_path, comm=["localsgd"]))
+    with pytest.raises(SpecError, match="unknown --comm scheme 'ring'"):
+        sweep.plan(_grid(tmp_path, comm=["ring"]))

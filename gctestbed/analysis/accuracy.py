@@ -9,8 +9,10 @@ from the evaluations ``--eval-every`` stores, so the resolution is that many ste
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
+from .breakeven import Crossing, crossing
 from .cells import Row, group_label, time_to
 
 OF_BASELINE = 0.99
@@ -45,5 +47,23 @@ def table(rows: list[Row], baseline: str = "none", accuracy: float | None = None
             b = by_bw.get(e["bw_bps"])
             e["speedup"] = (statistics.median(b) / e["seconds"]) if b and e["seconds"] else None
         out.append({"group": group_label(group), "baseline": baseline, "target_accuracy": target_acc,
-                    "target_loss": target_loss, "rows": entries})
+                    "target_loss": target_loss, "rows": entries, "break_even": _break_even(entries, baseline, by_bw)})
+    return out
+
+
+def _break_even(entries: list[dict], baseline: str, base_s: dict[float, list[float]]) -> list[dict]:
+    """Per method: where its speedup in time to the target falls through 1 as bandwidth rises, as
+    the step-time break-even does; a run that never reached the target counts as slower (0)."""
+    out = []
+    for label in sorted({e["compressor"] for e in entries if e["compressor"] != baseline}):
+        points: dict[float, list[float]] = {}
+        for e in entries:
+            if e["compressor"] == label and e["bw_bps"] in base_s:
+                points.setdefault(e["bw_bps"], []).append(e["speedup"] or 0.0)
+        if not points:
+            continue
+        bws = sorted(points)
+        kind, bw = crossing(bws, [statistics.median(points[b]) for b in bws])
+        out.append(dataclasses.asdict(Crossing(kind, bw, low_bps=bw or min(bws), high_bps=bw or max(bws)))
+                   | {"compressor": label})
     return out

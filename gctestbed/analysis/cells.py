@@ -1,7 +1,8 @@
 """The measured cells of a store, one row per run, with the figures analysis needs.
 
 A row is a finished run: its sweep parameters (or, for runs outside a sweep, the same read from
-its RunSpec), its medians per step (step time is the slowest rank's, as in ``show``), and rank
+its RunSpec), its medians per step (step time is the slowest rank's, as in ``show``; local SGD and
+DiLoCo, which exchange only every H steps, are compared by their means over steps instead), and rank
 0's loss curve against cumulative wall time, and its held-out evaluations (``--eval-every``). A
 *group* is what a speedup compares within: same workload, nodes, latency, batch size, timing mode
 and optimizer.
@@ -57,6 +58,14 @@ class Row:
     evals: list[dict] = field(default_factory=list)     # {step, loss, accuracy, samples}, in step order
     step_times: list[float] = field(default_factory=list)   # every complete step's time (slowest rank), step 0 left out
     phases: list[dict] = field(default_factory=list)        # rank 0's encode_s, comm_s, decode_s per step
+    comm: str = "allreduce"                 # how the workers met: allreduce | ps | localsgd | diloco
+    servers: int = 0                        # parameter servers: how many, and per step (medians) the busiest
+    server_push_bytes: float | None = None  # server's pushes in, its pulls out, its summing time, and the
+    server_pull_bytes: float | None = None  # pulls one worker receives from all servers together
+    server_sum_s: float | None = None
+    pull_rx_bytes: float | None = None
+    averaged_share: float | None = None     # local SGD, DiLoCo: the share of steps that averaged (step_s,
+                                            # expected_tx_bytes and reduce_calls are then means over steps)
 
     @property
     def group(self) -> tuple:
@@ -90,23 +99,30 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         if s.median_step_s is None or spec.command:
             continue
         losses, wall = results.curve(conn, run_id)
+        mean = s.amortised or {}
+        busiest = {f: max((v[f"median_{f}"] or 0 for v in s.servers), default=None) for f in ("push_bytes", "pull_bytes", "sum_s")}
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
             workload=params["workload"] if params else spec.workload,
             compressor=_label(params["compressor"] if params else spec.compressor,
                               params.get("comm", "allreduce") if params else _comm(spec)), method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,
-            mode=spec.mode, step_s=s.median_step_s, compute_s=s.median_compute_s, optim_s=s.median_optim_s,
-            encode_s=s.median_encode_s, decode_s=s.median_decode_s, comm_s=s.median_comm_s,
+            mode=spec.mode, step_s=mean.get("step_s", s.median_step_s), compute_s=s.median_compute_s,
+            optim_s=s.median_optim_s, encode_s=s.median_encode_s, decode_s=s.median_decode_s, comm_s=s.median_comm_s,
             payload_bytes=s.payload_bytes_per_step, gather_bytes=s.gather_bytes_per_step,
-            expected_tx_bytes=s.expected_tx_bytes_per_step, reduce_calls=s.reduce_calls_per_step,
+            expected_tx_bytes=mean.get("expected_tx_bytes", s.expected_tx_bytes_per_step),
+            reduce_calls=mean.get("reduce_calls", s.reduce_calls_per_step),
             gather_calls=s.gather_calls_per_step, buckets=s.buckets_per_step,
             tail_tx_bytes=s.tail_tx_bytes_per_step, busbw_fraction=s.busbw_fraction_of_link,
             final_loss=_tail_mean(losses), losses=losses, wall=wall,
             optimizer=params.get("optimizer", spec.optimizer) if params else spec.optimizer,
             eval_accuracy=s.eval_accuracy, eval_loss=s.eval_loss, eval_samples=s.eval_samples,
             wire_bytes=s.wire_bytes_per_step, evals=results.evaluations(conn, run_id),
-            step_times=_step_times(wall), phases=results.phases(conn, run_id)))
+            step_times=_step_times(wall), phases=results.phases(conn, run_id),
+            comm=spec.comm, servers=spec.servers, server_push_bytes=busiest["push_bytes"],
+            server_pull_bytes=busiest["pull_bytes"], server_sum_s=busiest["sum_s"],
+            pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
+            averaged_share=mean.get("averaged_share")))
     conn.close()
     return rows
 

@@ -19,6 +19,22 @@ finishes last: it cannot start before backward ends, so it is never hidden (with
 overlap is serial). The issue's simpler form, max(λ·T_compute, T_comm) + T_encode + T_decode,
 hides all communication; it is fitted and reported too, so the two can be compared.
 
+Parameter servers (``--comm ps``) and local steps (``localsgd``, ``diloco``) have their own
+communication terms, with the same α and η:
+
+    parameter servers:  max(T_push, T_pull) + min(T_push, T_pull)/B + T_sum + 2B·(α + L)
+        T_push = max(b_push, b_in)·8/(η·BW),  T_pull = max(b_back, b_out)·8/(η·BW)
+    local steps:        (the step's mean messages)·(α + L) + (its mean bytes)·8/(η·BW), never hidden
+
+A worker pushes b_push bytes up its link while the busiest server's downlink takes b_in, the N
+workers' parts of it (with K servers about N/K payloads); pulls come back the other way, b_out out
+of that server and b_back into each worker. Pushes and pulls use opposite directions of every
+link, so B buckets pipeline them: the longer phase, plus a B-th of the shorter. T_sum is the
+busiest server's summing time, measured. Local SGD and DiLoCo all-reduce the whole model once
+every H steps after the optimizer, so their step is compute + optimizer + the averaging's ring
+all-reduce amortised over the steps measured (what their step time and bytes are: means, see
+``cells``); DiLoCo's outer optimizer step is left out (one SGD step per H).
+
 λ, α and η are fitted on the ``none`` cells only (α and η from the serial ones, λ from the overlap ones);
 every other cell is a prediction, and the median absolute error over those is the model's score.
 """
@@ -121,14 +137,34 @@ def step_time(ph: Phases, comm: float, tail: float, mode: str, lam: float, varia
     return max(lam * ph.compute, comm - tail) + tail + fixed
 
 
+LOCAL = ("localsgd", "diloco")
+
+
+def _mode(r: Row) -> str:
+    """Local steps exchange nothing while backward runs: their averaging adds to the step."""
+    return "serial" if r.comm in LOCAL else r.mode
+
+
 def _comm(r: Row, alpha: float, eta: float) -> tuple[float, float]:
     """(whole step's, last bucket's) communication time of row ``r``."""
+    if r.comm == "ps":
+        return _ps_comm(r, alpha, eta)
     n = messages(r.reduce_calls or 0, r.gather_calls or 0, r.nodes)
     whole = comm_time(r.expected_tx_bytes or 0, n, r.bw_bps, r.latency_s, alpha, eta)
     buckets = max(1.0, r.buckets or 1)
     tail = comm_time(r.tail_tx_bytes if r.tail_tx_bytes is not None else (r.expected_tx_bytes or 0) / buckets,
                      n / buckets, r.bw_bps, r.latency_s, alpha, eta)
     return whole, min(tail, whole)
+
+
+def _ps_comm(r: Row, alpha: float, eta: float) -> tuple[float, float]:
+    """A parameter-server step: pushes and pulls through the busiest links, pipelined over buckets."""
+    rate = r.bw_bps * eta
+    push = max(r.expected_tx_bytes or 0, r.server_push_bytes or 0) * 8 / rate
+    pull = max(r.pull_rx_bytes or 0, r.server_pull_bytes or 0) * 8 / rate
+    b = max(1.0, r.buckets or 1)
+    whole = max(push, pull) + min(push, pull) / b + (r.server_sum_s or 0.0) + 2 * b * (alpha + r.latency_s)
+    return whole, whole / b
 
 
 def fit_network(rows: list[Row]) -> tuple[float, float]:
@@ -165,7 +201,7 @@ def fit(rows: list[Row], variant: str = "tail") -> Fit | None:
         out = []
         for r in subset:
             whole, tail = _comm(r, alpha, eta)
-            out.append(step_time(ph[(*_setting(r), r.compressor)], whole, tail, r.mode, lam, variant) / r.step_s - 1)
+            out.append(step_time(ph[(*_setting(r), r.compressor)], whole, tail, _mode(r), lam, variant) / r.step_s - 1)
         return out
 
     lam = 1.0
@@ -176,7 +212,7 @@ def fit(rows: list[Row], variant: str = "tail") -> Fit | None:
     for r in usable:
         whole, tail = _comm(r, alpha, eta)
         p = ph[(*_setting(r), r.compressor)]
-        predicted = step_time(p, whole, tail, r.mode, lam, variant)
+        predicted = step_time(p, whole, tail, _mode(r), lam, variant)
         pred = Prediction(r, predicted, whole, predicted / r.step_s - 1, fitted=r.compressor == BASELINE)
         result.predictions.append(pred)
     for pred in result.misses:
@@ -258,11 +294,13 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit") -
 
 def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) -> list[dict]:
     """Per setting and method: predicted speedup over none at each (p, bw), and the break-even
-    bandwidth for each p, found by bisection in log-bandwidth between 1 Mbit/s and 1 Tbit/s."""
+    bandwidth for each p, found by bisection in log-bandwidth between 1 Mbit/s and 1 Tbit/s.
+    Ring runs only: a parameter server's or local SGD's bytes at other node counts are not ring formulas."""
     ph = phases(rows)
     out = []
     reps: dict[tuple, Row] = {}
-    for r in sorted((r for r in rows if r.nodes > 1 and r.expected_tx_bytes), key=lambda r: (r.mode != "overlap", -r.bw_bps)):
+    ring = (r for r in rows if r.nodes > 1 and r.expected_tx_bytes and r.comm == "allreduce")
+    for r in sorted(ring, key=lambda r: (r.mode != "overlap", -r.bw_bps)):
         reps.setdefault((*_setting(r), r.latency_s, r.compressor), r)
     for key, r in sorted(reps.items()):
         none = reps.get((*key[:4], BASELINE))

@@ -65,6 +65,9 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         "model": {},
         "projection": None,
     }
+    for t in out["time_to_accuracy"]:
+        for b in t["break_even"]:
+            b["text"] = breakeven.Crossing(b["kind"], b["bw_bps"], b["low_bps"], b["high_bps"]).text(fmt_bw)
     for variant, f in fits.items():
         if f is None:
             continue
@@ -146,6 +149,9 @@ def render_html(report: dict) -> str:
             [[e["compressor"], fmt_bw(e["bw_bps"]), e["steps"] if e["steps"] is not None else "never",
               "-" if e["seconds"] is None else f"{e['seconds']:.2f}", "-" if e["speedup"] is None else f"{e['speedup']:.2f}x",
               "-" if e["final_accuracy"] is None else f"{e['final_accuracy']:.3f}"] for e in t["rows"]]))
+        if t["break_even"]:
+            parts.append(_table(["method", "break-even by time to the target"],
+                                [[b["compressor"], b["text"]] for b in t["break_even"]]))
     parts.append("<h2>Fastest method per bandwidth</h2>")
     for group, best in report["best"].items():
         parts.append(f"<h3>{html.escape(group)}</h3>" + _table(["bandwidth", "fastest", "step time"],

@@ -190,6 +190,8 @@ def print_report(r: dict) -> None:
         terminal.print(f"time to {target}, {t['group']}: " + ", ".join(
             f"{e['compressor']} @ {report_.fmt_bw(e['bw_bps'])} "
             + ("never" if e["seconds"] is None else f"{e['steps']} steps {e['seconds']:.2f} s") for e in t["rows"]))
+        if t["break_even"]:
+            terminal.print(f"break-even by time to {target}: " + "; ".join(f"{b['compressor']} {b['text']}" for b in t["break_even"]))
     for group, best in r["best"].items():
         terminal.print(f"fastest, {group}: " + ", ".join(f"{report_.fmt_bw(b['bw_bps'])} {b['compressor']}" for b in best))
     if not r["model"]:

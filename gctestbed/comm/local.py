@@ -53,10 +53,10 @@ class _Periodic:
 
     def after_step(self, step: int) -> dict:
         if not self.due(step) and step != self.last:
-            return {"sync_s": 0.0, "sync_tx_bytes": 0}
+            return {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}
         t = now()
         self.average()
-        return {"sync_s": now() - t, "sync_tx_bytes": self.bytes}
+        return {"sync_s": now() - t, "sync_tx_bytes": self.bytes, "sync_calls": 1}   # one flat all-reduce
 
 
 class LocalSGD(_Periodic):
@@ -73,7 +73,7 @@ class LocalSGD(_Periodic):
 
     def after_step(self, step: int) -> dict:
         if step < self.options["warmup"]:          # the warm-up all-reduced the gradients already
-            return {"sync_s": 0.0, "sync_tx_bytes": 0}
+            return {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}
         return super().after_step(step)
 
     def average(self) -> None:
