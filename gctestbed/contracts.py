@@ -416,3 +416,143 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
         more = f" (and {count - 1} more like it)" if count > 1 else ""
         lines.append(f"{term}: {where + ': ' if where else ''}{p['text']}{more}")
     return lines
+
+
+# --- parameter servers (--comm ps) ----------------------------------------------------------------
+# MXNet's kvstore rule, restated here from gctestbed's documentation (docs/running.md), not imported
+# from gctestbed.comm: a parameter of at least ``split`` elements is cut into one block of rows per
+# server (numpy's array_split sizes); a smaller one goes whole to the server with the fewest
+# elements so far (the lowest index on a tie), in the order the buckets are first exchanged. Every
+# part a worker sends is one message: a 32-byte envelope, then a small header and the part's
+# payload. With a dense pull each server answers every worker with its parts' fp32 sum.
+
+ENVELOPE = 32
+
+
+def kvstore_parts(layouts: list[list[Shape]], servers: int, split: int) -> list[list[tuple[int, list[Shape]]]]:
+    """For each bucket layout, in first-exchanged order: (server, the shapes of its part) per server
+    that gets anything."""
+    load = [0] * servers
+    out = []
+    for shapes in layouts:
+        parts: list[list[Shape]] = [[] for _ in range(servers)]
+        for shape in shapes:
+            n = _numel(shape)
+            if n >= split and servers > 1:
+                rows = shape[0] if len(shape) > 1 and shape[0] >= servers else n
+                width = n // rows
+                for k in range(servers):
+                    share = rows // servers + (1 if k < rows % servers else 0)
+                    parts[k].append([share, *shape[1:]] if rows != n else [share])
+                    load[k] += share * width
+            else:
+                k = min(range(servers), key=lambda i: (load[i], i))
+                parts[k].append(list(shape))
+                load[k] += n
+        out.append([(k, p) for k, p in enumerate(parts) if p])
+    return out
+
+
+def _part(method: str, options: dict[str, Any], shapes: list[Shape], whole: int, step: int, sent: int | None) -> BucketContract:
+    """One part's contract: the method's on the part's shapes, or fp32 when its whole bucket is
+    under the dense floor (the floor is the bucket's, not the part's)."""
+    if whole < DENSE_FLOOR:
+        return _dense(4, "fp32 values (bucket under the dense floor)")(options, shapes, step, sent)
+    return METHODS[method](options, shapes, step, sent)
+
+
+def _push(method, options, parts, whole, step, sent) -> tuple[int, Bounds | None, bool]:
+    """A bucket's pushes: the payload bytes over every part, the bounds on the elements chosen,
+    and whether the payload depends on that count. A method that chooses elements pays the same
+    bytes per element chosen in any part, so the total is each part's bytes for none chosen plus
+    that rate times what the worker reports for the bucket."""
+    zero = [_part(method, options, shapes, whole, step, 0) for _, shapes in parts]
+    rate = max(_part(method, options, shapes, whole, step, 1).payload_bytes - z.payload_bytes
+               for (_, shapes), z in zip(parts, zero))
+    bounds = [z.bounds for z in zero if z.bounds is not None]
+    total = Bounds(bounds[0].what.split(" (")[0] + " (summed over the servers' parts)", sum(b.low for b in bounds),
+                   sum(b.high for b in bounds)) if bounds else None
+    return sum(z.payload_bytes for z in zero) + rate * (sent or 0), total, rate > 0
+
+
+def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any], workers: int, steps: list[dict],
+             exchanges: list[dict], layouts: dict[tuple[int, int], list], server_steps: list[dict],
+             model_numel: int | None = None) -> dict:
+    """A parameter-server run against the contract, as ``judge`` for the ring: each worker's pushes
+    (payload term by term per part, elements chosen, every parameter once) and its interface
+    counters; then the servers together, their counters in (every worker's pushes) and out (the
+    dense sums, or the sums encoded again where the method's size is fixed)."""
+    servers, dense_pull = comm_options["servers"], comm_options["pull"] == "dense"
+    tx = {(s["step"], s["rank"]): s.get("tx_bytes") for s in steps}
+    complete = sorted({s for s, _ in tx if all((s, r) in tx for r in range(workers))})
+    judged = [s for s in complete if s >= (2 if len(complete) > 2 else 0)]
+    if model_numel is None and layouts:
+        model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
+    numbered = sorted(n for r, n in layouts if r == 0)
+    cut = dict(zip(numbered, kvstore_parts([_shapes(layouts[(0, n)]) for n in numbered], servers, comm_options["split"])))
+    by_step: dict[tuple[int, int], list[dict]] = {}
+    for ex in exchanges:
+        by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)
+    checks, pulls, fixed_pull = [], {}, True
+    for step in complete:
+        for rank in range(workers):
+            done, problems, wire, payload, largest, messages = by_step.get((step, rank), []), [], 0, 0, 0, 0
+            for ex in done:
+                parts = cut[ex["layout"]]
+                nbytes, bounds, chosen = _push(method, options, parts, ex["numel"], step, ex["sent"])
+                if bounds is not None and not bounds.low <= (ex["sent"] or 0) <= bounds.high:
+                    problems.append((bounds.what.split(" (")[0], f"bucket {ex['bucket']}: {bounds.what}: {ex['sent']}, "
+                                     f"outside {bounds.low:g}..{bounds.high:g}"))
+                if ex["payload_bytes"] != nbytes:
+                    problems.append(("payload", f"bucket {ex['bucket']}: pushes of {ex['payload_bytes']} bytes by the "
+                                                f"method's own count, {nbytes} by the contract over {len(parts)} part(s)"))
+                wire += nbytes + ENVELOPE * len(parts)
+                payload += nbytes
+                largest = max(largest, nbytes + ENVELOPE * len(parts))
+                messages += len(parts)
+                if rank == 0:                       # what the servers send back, to every worker
+                    back = [4 * sum(_numel(s) for s in shapes) if dense_pull or ex["numel"] < DENSE_FLOOR
+                            else _part(method, options, shapes, ex["numel"], step, 0).payload_bytes for _, shapes in parts]
+                    fixed_pull &= dense_pull or not chosen
+                    bytes_, count = pulls.get(step, (0, 0))
+                    pulls[step] = (bytes_ + sum(back) + ENVELOPE * len(parts), count + len(parts))
+            numel = sum(ex["numel"] for ex in done)
+            if model_numel is not None and numel != model_numel:
+                problems.append(("exchanges", f"{len(done)} exchanges carried {numel} elements where the model has "
+                                              f"{model_numel}: its parameters went out {numel / model_numel:.3g} times"))
+            sent = [ex["sent"] for ex in done if ex["sent"] is not None]
+            checks.append(StepCheck(step, rank, wire, tx.get((step, rank)), largest, payload,
+                                    sum(ex["payload_bytes"] for ex in done), len(done), messages, numel,
+                                    sum(sent) if sent else None, problems))
+    out = summarise([c for c in checks if c.step in judged], workers)
+    out.update(_servers_judged(server_steps, complete, checks, pulls, workers, fixed_pull))
+    out["problems"] += out.pop("server_problems")
+    out["ok"] = bool(checks) and not out["problems"]
+    return out
+
+
+def _servers_judged(server_steps: list[dict], complete: list[int], checks: list[StepCheck], pulls: dict,
+                    workers: int, fixed_pull: bool) -> dict:
+    """The servers' interface counters over the whole run, all servers together: in, every
+    worker's pushes; out, every worker's pulls (judged where their size is fixed). A server reads
+    its counters when the next step's first part has arrived, so its steps' rows each hold part of
+    the next; over the whole run nothing crosses an end, and the servers carry nothing else."""
+    rows = [r for r in server_steps if r["step"] in complete]
+    problems = []
+    if not rows or any(r["rx_bytes"] is None for r in rows) or len(complete) < 1:
+        return {"servers": None, "server_problems": problems}
+    figures = {}
+    for what, counters, contract, messages in (
+            ("in", sum(r["rx_bytes"] for r in rows), sum(c.contract_wire for c in checks), sum(c.calls for c in checks)),
+            ("out", sum(r["tx_bytes"] for r in rows), workers * sum(p[0] for p in pulls.values()),
+             workers * sum(p[1] for p in pulls.values()))):
+        figures[what] = {"counters_bytes": counters, "contract_bytes": contract}
+        if what == "out" and not fixed_pull:
+            figures[what]["contract_bytes"] = None       # re-encoded sums of a method that chooses: no fixed size
+            continue
+        low, high = contract, round(contract * (1 + FRAMING) + CALL_OVERHEAD * messages)
+        if not low <= counters <= high:
+            problems.append({"term": "server interface bytes", "step": None, "node": None, "text":
+                             f"steps {complete[0]}-{complete[-1]}: the servers' interfaces took {what} {counters} "
+                             f"bytes, the contract {contract} ({counters / contract:.3g}x); allowed {low}..{high}"})
+    return {"servers": figures, "server_problems": problems}

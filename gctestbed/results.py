@@ -427,13 +427,18 @@ def layouts_of(conn: sqlite3.Connection, run_id: str) -> dict[tuple[int, int], l
 
 
 def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None) -> dict | None:
-    """The run's steps against its method's contract (gctestbed.contracts), or None for a run that
-    recorded no exchanges (a user's script that never installed gctestbed's hook)."""
+    """The run's steps against its method's contract (gctestbed.contracts; over the ring, or
+    pushed to parameter servers), or None for a run that recorded no exchanges (a user's script
+    that never installed gctestbed's hook)."""
     from . import contracts
     exchanges = exchanges_of(conn, run_id)
     if not exchanges:
         return None
     steps = [dict(r) for r in conn.execute("SELECT rank, step, tx_bytes FROM steps WHERE run_id=?", (run_id,))]
+    if spec.comm == "ps":
+        server_steps = [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=?", (run_id,))]
+        return contracts.judge_ps(spec.compressor, spec.compressor_options, spec.comm_options, spec.nodes, steps,
+                                  exchanges, layouts_of(conn, run_id), server_steps, model_numel)
     return contracts.judge(spec.compressor, spec.compressor_options, spec.nodes, steps, exchanges,
                            layouts_of(conn, run_id), model_numel)
 
@@ -691,7 +696,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     env = json.loads(run["environment"] or "{}")
     faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
                                                                  (run["run_id"],))]
-    contract = contract_check(conn, run["run_id"], spec) if spec.comm == "allreduce" else None
+    contract = contract_check(conn, run["run_id"], spec) if spec.comm in ("allreduce", "ps") else None
     servers = _servers(conn, run["run_id"], spec, measured)
     return RunSummary(
         comm=spec.comm, comm_options=spec.comm_options, servers=servers,

@@ -6,7 +6,9 @@ counted. A method passes when, on every judged step of every node: each paramete
 (as many exchanges as ``none`` makes), every bucket took the rounds and collectives its contract
 names, the elements it chose lie within the paper's bounds, its payload is the contract's size
 term by term, the interface counters lie between the contract's bytes and those plus headers,
-and the replicas end bit-identical.
+and the replicas end bit-identical. Over parameter servers (``--comm ps``) each worker's pushes
+are judged the same way part by part, and the servers' interfaces, over the whole run, must have
+taken in every push and sent out every pull (contracts.judge_ps).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 from typing import Callable
 
 from . import compress, flags, results, runner, workloads
+from .spec import SpecError
 
 MODEL = "mlp:width=512,depth=2,input_dim=512"     # 0.8 M parameters: 3.2 MB, two DDP buckets of <= 1 MB after step 0
 BUCKET_CAP_MB = "1"
@@ -24,14 +27,22 @@ STEPS = 8
 OPTIONS = {"powersgd": "powersgd:start_iter=2", "dgc": "dgc:steps_per_epoch=1"}
 
 
-def methods_from(texts: tuple[str, ...] | list[str]) -> list[str]:
-    """``--compressor`` values ('M;M...' or repeated) -> method texts; none given: every method,
-    with OPTIONS where set."""
+def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce") -> list[str]:
+    """``--compressor`` values ('M;M...' or repeated) -> method texts; none given: every method
+    (every one ``comm`` can carry), with OPTIONS where set. A method ``comm`` refuses: its sentence."""
     given = [part.strip() for text in texts for part in text.split(";") if part.strip()]
     chosen = given or [OPTIONS.get(name, name) for name in compress.names()]
+    carried = []
     for text in chosen:
         compress.resolve(text)                    # an unknown method or option: one SpecError now
-    return chosen
+        try:
+            flags.build_spec(compressor=text, comm=comm)
+        except SpecError:
+            if given:
+                raise
+            continue                              # all methods: those this scheme cannot carry are left out
+        carried.append(text)
+    return carried
 
 
 def model_numel(workload: str = MODEL) -> int:
@@ -42,15 +53,16 @@ def model_numel(workload: str = MODEL) -> int:
 
 
 def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEPS, results_dir: str = "results/verify",
-        on_phase: Callable[[str], None] = lambda text: None) -> dict:
-    """Run ``none`` and every method; the report, one row per method, ``ok`` when all pass."""
+        on_phase: Callable[[str], None] = lambda text: None, comm: str = "allreduce") -> dict:
+    """Run ``none`` and every method (over ``comm``: the ring, or parameter servers, whose
+    contract adds the servers' links); the report, one row per method, ``ok`` when all pass."""
     numel = model_numel()
     rows, base = [], None
     for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
         on_phase(text)
         spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL, steps=str(steps),
                                 batch_size="32", lr="0.05", seed="0", bucket_cap_mb=BUCKET_CAP_MB, timeout="120s",
-                                results_dir=results_dir, calibrate=False)
+                                results_dir=results_dir, calibrate=False, comm=comm)
         summary = runner.run(spec)
         conn = results.connect(results_dir)
         try:
@@ -61,7 +73,7 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
         base = base or row
         if text in methods:
             rows.append(row)
-    return {"nodes": nodes, "bw": bw, "steps": steps, "workload": MODEL, "model_numel": numel,
+    return {"nodes": nodes, "bw": bw, "steps": steps, "workload": MODEL, "model_numel": numel, "comm": comm,
             "none": base, "methods": rows, "ok": bool(rows) and all(r["ok"] for r in rows) and base["ok"]}
 
 
@@ -84,7 +96,8 @@ def judge_row(text: str, summary: results.RunSummary, check: dict | None, base: 
             "payload_bytes": check["accounting_bytes"] if check else None,
             "exchanges_per_step": exchanges, "collectives_per_step": check["collectives_per_step"] if check else None,
             "sent_fraction": check["sent_fraction"] if check else None, "steps_judged": check["steps_judged"] if check else [],
-            "params_identical": summary.params_identical, "ok": not problems, "problems": problems}
+            "params_identical": summary.params_identical, "servers": check.get("servers") if check else None,
+            "ok": not problems, "problems": problems}
 
 
 def _problem(term: str, text: str) -> dict:

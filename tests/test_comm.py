@@ -180,3 +180,21 @@ def test_killing_a_server_fails_the_run_naming_it(tmp_path, state_dir):
     s = show(tmp_path, ledger["run_id"])
     assert s["status"] == "failed" and "server 0 (rank 2" in s["error"] and "SIGKILL" in s["error"], s["error"]
     assert s["steps_recorded"] >= 3
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_topology_file_shapes_the_servers_link_on_its_own(tmp_path, state_dir):
+    topo = tmp_path / "slow-server.toml"
+    topo.write_text('[defaults]\nbw = "1gbit"\n\n[[nodes]]\ncount = 2\n\n[[nodes]]   # the server: the last node\nbw = "40mbit"\n')
+    proc = gctestbed("run", "--nodes", "2", "--comm", "ps:servers=1", "--topology", str(topo), "--steps", "5",
+                     "--no-calibrate", "--workload", MODEL, "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    s = show(tmp_path)
+    assert s["params_identical"] is True and s["bottleneck"].startswith("server 0's"), s["bottleneck"]
+    (srv,) = s["servers"]
+    # the dense pull leaves through the server's 40 Mbit/s cable: no faster than its rate allows, and
+    # the workers, on 1 Gbit/s cables, wait for it (a server shaped like the workers would take 1/25 of it)
+    at_rate = srv["median_pull_bytes"] * 8 / 40e6
+    assert srv["median_pull_bytes"] >= 2 * 4 * (256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10)
+    assert s["median_pull_s"] >= 0.8 * at_rate, (s["median_pull_s"], at_rate)

@@ -79,3 +79,48 @@ def test_verify_fails_on_a_dgc_that_selects_twice_k(tmp_path, state_dir):
     (row,) = report["methods"]
     assert {p["term"] for p in row["problems"]} == {"elements selected"}, row["problems"]
     assert report["none"]["ok"]
+
+
+# A server that pads every pull with 64 kB the workers never read: its own count of the bytes it
+# sent includes them, so only a contract written apart from the code can see it.
+SERVER_PADS_PULLS = """
+import torch
+from gctestbed.comm import server, wire
+_send = wire.send
+def _padded(msg, dsts):
+    if msg.tensors and "reduce" not in msg.info:
+        msg = wire.Message(msg.step, msg.layout, [*msg.tensors, torch.zeros(16384)], msg.info)
+    return _send(msg, dsts)
+server.wire = type("W", (), {"send": staticmethod(_padded), "receive": staticmethod(wire.receive),
+                             "Message": wire.Message})
+"""
+# Workers that push every small parameter to every server (each server then sums a copy).
+SMALL_TO_EVERY_SERVER = """
+from gctestbed.comm import ps
+_call = ps.Partition.__call__
+def _everywhere(self, bucket):
+    parts = _call(self, bucket)
+    small = [p for part in parts for p in part if not isinstance(p.id, tuple)]
+    return [sorted({*part, *small}, key=lambda p: p.offset) for part in parts]
+ps.Partition.__call__ = _everywhere
+"""
+
+
+def test_parameter_servers_keep_the_contract_on_both_sides_of_their_links(tmp_path, state_dir):
+    proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit;topk;dgc:steps_per_epoch=1")
+    assert proc.returncode == 0, proc.stderr + json.dumps([r for r in report["methods"] if not r["ok"]], indent=1)
+    for row in [report["none"], *report["methods"]]:
+        assert row["ok"] and row["params_identical"] is True, row
+        assert row["collectives_per_step"] == 3, row       # one message per part: 3 a step for this model
+        for side in ("in", "out"):                          # the servers took in every push and sent every sum
+            f = row["servers"][side]
+            assert 1.0 <= f["counters_bytes"] / f["contract_bytes"] < 1.15, (row["method"], side, f)
+
+
+@pytest.mark.parametrize("plant, term", [(SERVER_PADS_PULLS, "server interface bytes"),
+                                         (SMALL_TO_EVERY_SERVER, "payload")])
+def test_verify_over_servers_fails_on_planted_bugs(tmp_path, state_dir, plant, term):
+    proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit", plant=plant)
+    assert proc.returncode == 1 and "broke their contract" in proc.stderr, proc.stderr
+    (row,) = report["methods"]
+    assert term in {p["term"] for p in row["problems"]}, row["problems"]

@@ -18,7 +18,8 @@ from . import console
 
 def verify_table(report: dict) -> Table:
     judged = report["none"]["steps_judged"] if report["none"] else []
-    table = Table(title=f"verify: {report['nodes']} nodes at {report['bw']}, {report['workload']} "
+    over = "" if report.get("comm", "allreduce") == "allreduce" else f" over {report['comm']}"
+    table = Table(title=f"verify: {report['nodes']} nodes{over} at {report['bw']}, {report['workload']} "
                         f"({report['model_numel']:,} parameters), "
                         + (f"steps {judged[0]}-{judged[-1]} judged" if judged else "no step judged")
                         + "; bytes per node per step")
@@ -34,6 +35,10 @@ def verify_table(report: dict) -> Table:
                       f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
                       "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")
     for r in report["methods"]:
+        for what, f in (r.get("servers") or {}).items():         # parameter servers: their links over the run
+            ratio = f"{f['counters_bytes'] / f['contract_bytes']:.3g}x the contract" if f["contract_bytes"] else "not judged"
+            table.add_row(escape(f"  {r['method']}: servers' bytes {what}"), verify_.fmt_bytes(f["contract_bytes"]),
+                          verify_.fmt_bytes(f["counters_bytes"]), "", "", "", "", ratio)
         for line in contracts.describe(r["problems"]):
             table.add_row(escape(f"{r['method']} broke {line}"), "", "", "", "", "", "", "")
     return table
