@@ -636,9 +636,11 @@ def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | 
     shaped rate, against the servers' summing time."""
     net = spec.network()
     candidates = []
-    push = _median(r["expected_tx_bytes"] for rs in per_step for r in rs)
-    if push:
-        candidates.append((push * 8 / net.nodes[0].hop.ab.rate_bps, f"the workers' uplinks (pushes, {push / 1e6:.3g} MB per step)"))
+    for rank in range(spec.nodes):            # each worker's pushes through its own uplink (a topology may differ)
+        push = _median(r["expected_tx_bytes"] for rs in per_step for r in rs if r["rank"] == rank)
+        if push:
+            candidates.append((push * 8 / net.nodes[rank].hop.ab.rate_bps,
+                               f"worker {rank}'s uplink (pushes, {push / 1e6:.3g} MB per step)"))
     for s in servers:
         hop = net.nodes[s["rank"]].hop
         if s["median_push_bytes"]:

@@ -202,6 +202,23 @@ def test_parameter_servers_and_local_sgd_are_predicted_by_their_own_terms(tmp_pa
     assert {"twobit over ps:servers=1", "none over localsgd:period=4"} <= labels
 
 
+def test_time_to_target_of_local_sgd_counts_its_averaging_steps(tmp_path):
+    from gctestbed import results
+    synthetic.fill(str(tmp_path), methods=("none",), modes=("overlap",), steps=9)
+    synthetic.fill_schemes(str(tmp_path))
+    for bw in synthetic.BWS:               # both reach the target at their evaluation after step 8
+        for run_id in (f"none{int(bw)}overlap", f"localsgd{int(bw)}overlap"):
+            rec = results.Recorder(str(tmp_path), run_id)
+            rec.evaluation(8, 0.1, 0.9, 1000)
+            rec.node(0, eval_accuracy=0.9, eval_samples=1000)
+            rec.close()
+    (table,) = [t for t in report.build(str(tmp_path), str(tmp_path / "out"))["time_to_accuracy"] if "overlap" in t["group"]]
+    local = {e["bw_bps"]: e for e in table["rows"] if e["compressor"] == "none over localsgd:period=4"}
+    for bw in synthetic.BWS:               # eight steps (0-7), two of which averaged (3 and 7)
+        truth = sum(synthetic.local_step(s, 9, bw)[0] for s in range(8))
+        assert local[bw]["steps"] == 8 and local[bw]["seconds"] == pytest.approx(truth)
+
+
 @pytest.mark.parametrize("twobit_steps", [2, 6])
 def test_break_even_by_time_to_target_follows_the_steps_each_method_needed(tmp_path, twobit_steps):
     from gctestbed import results

@@ -58,6 +58,41 @@ def test_nccl_refuses_nodes_sharing_a_gpu():
 
 @pytest.mark.root
 @pytest.mark.slow
+def test_a_parameter_server_host_joins_by_rendezvous_after_the_workers(tmp_path, state_dir):
+    """Three 'hosts' run 'gctestbed node --nnodes 2 --comm ps:servers=1': two train, the third (the
+    last rank of the rendezvous) serves, and rank 0's store holds the workers' steps and the
+    server's, with the servers' contract kept."""
+    from gctestbed.launch.state import find
+    up = gctestbed("up", "--nodes", "3", "--bw", "1gbit")
+    assert up.returncode == 0, up.stderr
+    name = up.stdout.strip().splitlines()[-1]
+    try:
+        first = find(name).meta["nodes"][0]["address"]
+        args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--comm", "ps:servers=1", "--dev", "eth0", "--bw", "1gbit",
+                "--steps", "4", "--no-calibrate", "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
+        procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
+                                   *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in (0, 1, 2)]
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                logs = {str(f): f.read_text()[-3000:] for f in tmp_path.glob("h*/runs/*/*.log")}
+                pytest.fail(f"a host did not finish in 240 s; node logs: {logs}")
+            assert p.returncode == 0, err
+        s = show(tmp_path / "h0", "job1")
+    finally:
+        assert gctestbed("down", name).returncode == 0
+    assert s["status"] == "ok" and s["nodes"] == 2 and s["steps_recorded"] == 4 and s["params_identical"] is True
+    (srv,) = s["servers"]
+    assert srv["rank"] == 2 and srv["steps"] == 4 and srv["total_pull_bytes"] >= 2 * 4 * 4 * 85002   # dense sums
+    assert s["contract"]["ok"], s["contract"]["problems"]
+
+
+@pytest.mark.root
+@pytest.mark.slow
 def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     """Two 'hosts' (the nodes of a cluster 'up' built, their eth0 handed back unshaped) each run
     'gctestbed node --bw 200mbit': each shapes its NIC, the hosts calibrate their paths, train, and

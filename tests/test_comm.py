@@ -198,3 +198,14 @@ def test_a_topology_file_shapes_the_servers_link_on_its_own(tmp_path, state_dir)
     at_rate = srv["median_pull_bytes"] * 8 / 40e6
     assert srv["median_pull_bytes"] >= 2 * 4 * (256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10)
     assert s["median_pull_s"] >= 0.8 * at_rate, (s["median_pull_s"], at_rate)
+
+
+def test_the_bottleneck_reads_each_workers_own_uplink(tmp_path):
+    from gctestbed.results import _ps_bottleneck
+    topo = tmp_path / "slow-worker.toml"
+    topo.write_text('[defaults]\nbw = "1gbit"\n\n[[nodes]]\n\n[[nodes]]\nbw = "10mbit"\n\n[[nodes]]\n')
+    spec = flags.build_spec(nodes="2", comm="ps:servers=1", compressor="twobit", topology_file=str(topo))
+    per_step = [[{"rank": 0, "expected_tx_bytes": 100_000}, {"rank": 1, "expected_tx_bytes": 100_000}]]
+    server = {"server": 0, "rank": 2, "median_push_bytes": 200_000, "median_pull_bytes": 800_000, "median_sum_s": 0.001}
+    # worker 1 pushes 0.1 MB through 10 Mbit/s (80 ms); the server's 1 Gbit/s uplink takes 6.4 ms for its pulls
+    assert _ps_bottleneck(spec, per_step, [server]).startswith("worker 1's uplink (pushes, 0.1 MB per step): 0.08 s")
