@@ -422,22 +422,25 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 # MXNet's kvstore rule, restated here from gctestbed's documentation (docs/running.md), not imported
 # from gctestbed.comm: a parameter of at least ``split`` elements is cut into one block of rows per
 # server (numpy's array_split sizes); a smaller one goes whole to the server with the fewest
-# elements so far (the lowest index on a tie), in the order the buckets are first exchanged. Every
+# elements so far (the lowest index on a tie), in the order the buckets are first exchanged, each
+# parameter counted where it was placed last (DDP's rebuilt buckets place them again). Every
 # part a worker sends is one message: a 32-byte envelope, then a small header and the part's
 # payload. With a dense pull each server answers every worker with its parts' fp32 sum.
 
 ENVELOPE = 32
 
 
-def kvstore_parts(layouts: list[list[Shape]], servers: int, split: int) -> list[list[tuple[int, list[Shape]]]]:
-    """For each bucket layout, in first-exchanged order: (server, the shapes of its part) per server
-    that gets anything."""
-    load = [0] * servers
+def kvstore_parts(layouts: list[list], servers: int, split: int) -> list[list[tuple[int, list[Shape]]]]:
+    """For each bucket layout ([[name, shape], ...]), in first-exchanged order: (server, the shapes
+    of its part) per server that gets anything."""
+    load, where = [0] * servers, {}
     out = []
-    for shapes in layouts:
+    for params in layouts:
         parts: list[list[Shape]] = [[] for _ in range(servers)]
-        for shape in shapes:
+        for name, shape in params:
             n = _numel(shape)
+            for k, m in where.pop(name, []):
+                load[k] -= m
             if n >= split and servers > 1:
                 rows = shape[0] if len(shape) > 1 and shape[0] >= servers else n
                 width = n // rows
@@ -445,10 +448,12 @@ def kvstore_parts(layouts: list[list[Shape]], servers: int, split: int) -> list[
                     share = rows // servers + (1 if k < rows % servers else 0)
                     parts[k].append([share, *shape[1:]] if rows != n else [share])
                     load[k] += share * width
+                    where.setdefault(name, []).append((k, share * width))
             else:
                 k = min(range(servers), key=lambda i: (load[i], i))
                 parts[k].append(list(shape))
                 load[k] += n
+                where[name] = [(k, n)]
         out.append([(k, p) for k, p in enumerate(parts) if p])
     return out
 
@@ -489,7 +494,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
     if model_numel is None and layouts:
         model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
     numbered = sorted(n for r, n in layouts if r == 0)
-    cut = dict(zip(numbered, kvstore_parts([_shapes(layouts[(0, n)]) for n in numbered], servers, comm_options["split"])))
+    cut = dict(zip(numbered, kvstore_parts([layouts[(0, n)] for n in numbered], servers, comm_options["split"])))
     by_step: dict[tuple[int, int], list[dict]] = {}
     for ex in exchanges:
         by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)

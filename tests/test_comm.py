@@ -209,3 +209,20 @@ def test_the_bottleneck_reads_each_workers_own_uplink(tmp_path):
     server = {"server": 0, "rank": 2, "median_push_bytes": 200_000, "median_pull_bytes": 800_000, "median_sum_s": 0.001}
     # worker 1 pushes 0.1 MB through 10 Mbit/s (80 ms); the server's 1 Gbit/s uplink takes 6.4 ms for its pulls
     assert _ps_bottleneck(spec, per_step, [server]).startswith("worker 1's uplink (pushes, 0.1 MB per step): 0.08 s")
+
+
+def test_rebuilt_buckets_are_placed_as_if_only_they_counted():
+    from gctestbed import contracts
+    sizes = {"a": 300, "b": 100, "c": 100, "d": 100}
+
+    def bucket(names):
+        return Bucket(key=0, shapes=[torch.Size([sizes[n]]) for n in names], ids=tuple(names))
+    part = ps.Partition(servers=2, split=10_000)
+    part(bucket("abcd"))                                   # DDP's first step: one bucket of everything
+    after = [part(bucket(names)) for names in ("dc", "ba")]  # its rebuilt buckets, in backward's order
+    load = [sum(p.numel for b in after for p in b[k]) for k in range(2)]
+    assert load == [300, 300], load                        # counting the first bucket's places too: 200 and 400
+    layouts = [[[n, [sizes[n]]] for n in names] for names in ("abcd", "dc", "ba")]
+    stated = contracts.kvstore_parts(layouts, servers=2, split=10_000)[1:]
+    assert [[(k, [list(s) for s in shapes]) for k, shapes in b] for b in stated] == \
+        [[(k, [[p.numel] for p in b[k]]) for k in range(2) if b[k]] for b in after]

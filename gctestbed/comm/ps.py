@@ -2,7 +2,9 @@
 
 Which server sums which part follows MXNet's kvstore: a parameter with at least ``split``
 elements is cut into one block of rows per server (every server carries an equal share of it);
-smaller parameters go whole to the least loaded server so far. The partition depends only on the
+smaller parameters go whole to the least loaded server so far, each parameter counted once (when
+DDP rebuilds its buckets after the first step, a parameter placed again first leaves its old
+place). The partition depends only on the
 buckets' parameters, so every worker cuts the same way, and every server sees the same sequence
 of parts from every worker. A part is encoded by the method as a bucket of its own (its
 parameters' names and shapes), so error feedback and per-parameter state stay on the worker,
@@ -36,6 +38,7 @@ class Partition:
     def __init__(self, servers: int, split: int):
         self.servers, self.split = servers, split
         self.load = [0] * servers
+        self.placed: dict[object, list[tuple[int, int]]] = {}     # parameter -> (server, elements) it loads
         self.cache: dict[tuple, list[list[Piece]]] = {}
 
     def __call__(self, bucket: Bucket) -> list[list[Piece]]:
@@ -45,6 +48,8 @@ class Partition:
             offset = 0
             for pid, shape in zip(bucket.ids, bucket.shapes):
                 n = shape.numel()
+                for k, m in self.placed.pop(pid, []):   # DDP rebuilt its buckets: the parameter's old place is free
+                    self.load[k] -= m
                 if n >= self.split and self.servers > 1:
                     rows = shape[0] if len(shape) > 1 and shape[0] >= self.servers else n
                     width = n // rows
@@ -53,11 +58,13 @@ class Partition:
                         shp = (len(chunk), *shape[1:]) if rows != n else (len(chunk),)
                         parts[k].append(Piece(offset + start * width, len(chunk) * width, shp, (pid, "part", k)))
                         self.load[k] += len(chunk) * width
+                        self.placed.setdefault(pid, []).append((k, len(chunk) * width))
                         start += len(chunk)
                 else:
                     k = min(range(self.servers), key=lambda i: (self.load[i], i))
                     parts[k].append(Piece(offset, n, tuple(shape), pid))
                     self.load[k] += n
+                    self.placed[pid] = [(k, n)]
                 offset += n
             self.cache[key] = parts
         return self.cache[key]
