@@ -604,7 +604,7 @@ class RunSummary:
     median_sync_s: float | None = None       # local SGD, DiLoCo: averaging time, over the steps that averaged
     servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
-    amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over the measured steps (see _amortised)
+    amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -659,8 +659,14 @@ def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | 
 
 def _amortised(per_step: list) -> dict[str, Any]:
     """Local SGD and DiLoCo exchange only on the steps that average, so their median step is a
-    local one that sends nothing: step time, bytes and collectives are compared as means over the
-    measured steps instead, with the share of those steps that averaged."""
+    local one that sends nothing: step time, bytes and collectives are compared as means instead,
+    with the share of steps that averaged. The means are over whole periods, from the step after
+    the first average to the last: before it the workers have not met since they started, and the
+    first collective waits for the slowest one's start (every measured step if fewer than two
+    averaged)."""
+    averaged = [i for i, rs in enumerate(per_step) if any(r["sync_s"] for r in rs)]
+    if len(averaged) >= 2:
+        per_step = per_step[averaged[0] + 1:averaged[-1] + 1]
     return {"step_s": _mean(max(r["step_s"] for r in rs) for rs in per_step),
             "expected_tx_bytes": _mean(_mean(r["expected_tx_bytes"] or 0 for r in rs) for rs in per_step),
             "reduce_calls": _mean(_mean(r["reduce_calls"] or 0 for r in rs) for rs in per_step),

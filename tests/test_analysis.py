@@ -190,10 +190,10 @@ def test_parameter_servers_and_local_sgd_are_predicted_by_their_own_terms(tmp_pa
             p = preds[f"ps{int(bw)}{mode}"]
             assert p.row.compressor == "twobit over ps:servers=1"
             assert p.predicted_s == pytest.approx(synthetic.ps_true_step(bw, mode)[0], rel=0.005)
-        local = preds[f"localsgd{int(bw)}overlap"]                       # every 4th step averages: the mean counts
-        truth = [synthetic.local_step(s, 9, bw)[0] for s in range(1, 9)]
+        local = preds[f"localsgd{int(bw)}overlap"]     # averaging after steps 3, 7 and 8 (the last): the mean
+        truth = [synthetic.local_step(s, 9, bw)[0] for s in range(4, 9)]     # counts whole periods, steps 4-8
         assert local.row.step_s == pytest.approx(sum(truth) / len(truth))
-        assert local.row.averaged_share == pytest.approx(3 / 8)
+        assert local.row.averaged_share == pytest.approx(2 / 5)
         assert local.predicted_s == pytest.approx(local.row.step_s, rel=0.005)
     assert not f.misses
     # ring-only projection leaves the other schemes out; the report compares them by label

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -56,18 +55,29 @@ def test_nccl_refuses_nodes_sharing_a_gpu():
     nodeenv.check_nccl(2, 2)
 
 
+def _bare_hosts(name: str) -> str:
+    """Hand the nodes of cluster ``name`` their eth0 back unshaped, as a real host's NIC is (the
+    kernel's default qdisc); rank 0's address, for the rendezvous."""
+    from gctestbed.launch.state import find
+    from gctestbed.net import namespaces, shaping
+    state = find(name)
+    for node in state.meta["nodes"]:
+        with namespaces.iproute(node["netns"]) as ipr:
+            ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
+    return state.meta["nodes"][0]["address"]
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_parameter_server_host_joins_by_rendezvous_after_the_workers(tmp_path, state_dir):
     """Three 'hosts' run 'gctestbed node --nnodes 2 --comm ps:servers=1': two train, the third (the
     last rank of the rendezvous) serves, and rank 0's store holds the workers' steps and the
     server's, with the servers' contract kept."""
-    from gctestbed.launch.state import find
     up = gctestbed("up", "--nodes", "3", "--bw", "1gbit")
     assert up.returncode == 0, up.stderr
     name = up.stdout.strip().splitlines()[-1]
     try:
-        first = find(name).meta["nodes"][0]["address"]
+        first = _bare_hosts(name)
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--comm", "ps:servers=1", "--dev", "eth0", "--bw", "1gbit",
                 "--steps", "4", "--no-calibrate", "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
         procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
@@ -97,17 +107,11 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     """Two 'hosts' (the nodes of a cluster 'up' built, their eth0 handed back unshaped) each run
     'gctestbed node --bw 200mbit': each shapes its NIC, the hosts calibrate their paths, train, and
     rank 0's store holds the whole run with every field a netns run of the same job fills."""
-    from gctestbed.launch.state import find
-    from gctestbed.net import namespaces, shaping
     up = gctestbed("up", "--nodes", "2", "--bw", "1gbit")
     assert up.returncode == 0, up.stderr
     name = up.stdout.strip().splitlines()[-1]
     try:
-        state = find(name)
-        for node in state.meta["nodes"]:             # the hosts' NICs as a real host's are: the kernel's default
-            with namespaces.iproute(node["netns"]) as ipr:
-                ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
-        first = state.meta["nodes"][0]["address"]
+        first = _bare_hosts(name)
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--dev", "eth0", "--bw", "200mbit", "--steps", "4",
                 "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
         procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",

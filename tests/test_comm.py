@@ -152,8 +152,14 @@ def test_local_steps_send_nothing_and_the_replicas_end_identical(tmp_path, state
     proc = gctestbed("run", "--nodes", "2", "--comm", comm, "--bw", "200mbit", "--steps", "9", "--no-calibrate",
                      "--workload", MODEL, "--results", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert show(tmp_path)["params_identical"] is True
+    s = show(tmp_path)
+    assert s["params_identical"] is True
     params_bytes = 4 * (256 * 64 + 256 + 256 * 256 + 256 + 10 * 256 + 10)
+    # the report compares the mean step over whole periods: steps 4-8, of which 7 and 8 (the last) averaged,
+    # each a ring all-reduce of the model
+    assert s["amortised"]["steps"] == 5 and s["amortised"]["averaged_share"] == 2 / 5
+    assert s["amortised"]["reduce_calls"] == 2 / 5
+    assert s["amortised"]["expected_tx_bytes"] == pytest.approx(2 / 5 * params_bytes, rel=0.01)
     tx = dict(_rows(tmp_path, "SELECT step, tx_bytes FROM steps WHERE rank=0 AND step >= 2 ORDER BY step"))
     # An averaging step's queued tail is counted in the next step, so the averaged bytes are judged together
     # (each average is a ring all-reduce of the model: about 1x it), and a local step only where no tail can land.

@@ -32,7 +32,7 @@ of that server and b_back into each worker. Pushes and pulls use opposite direct
 link, so B buckets pipeline them: the longer phase, plus a B-th of the shorter. T_sum is the
 busiest server's summing time, measured. Local SGD and DiLoCo all-reduce the whole model once
 every H steps after the optimizer, so their step is compute + optimizer + the averaging's ring
-all-reduce amortised over the steps measured (what their step time and bytes are: means, see
+all-reduce amortised over whole periods (what their step time and bytes are: means, see
 ``cells``); DiLoCo's outer optimizer step is left out (one SGD step per H).
 
 λ, α and η are fitted on the ``none`` cells only (α and η from the serial ones, λ from the overlap ones);

@@ -149,6 +149,10 @@ def print_summary(s: results.RunSummary) -> None:
         rows.append(("bottleneck", s.bottleneck or "-"))
     if s.median_sync_s is not None:
         rows.append(("  model averaging (when it ran)", fmt(s.median_sync_s, " s")))
+    if s.amortised:
+        a = s.amortised
+        rows.append(("mean step (what the report compares)", f"{fmt(a['step_s'], ' s')}, {a['averaged_share']:.0%} of "
+                     f"{a['steps']} steps averaged, {fmt(a['expected_tx_bytes'], ' MB', 1e6)} sent per step"))
     if s.sent_fraction is not None:
         rows.append(("elements sent", f"{s.sent_fraction:.3%} of the gradient (median step)"))
     if s.contract:
