@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sqlite3
 import subprocess
@@ -55,16 +56,41 @@ def test_nccl_refuses_nodes_sharing_a_gpu():
     nodeenv.check_nccl(2, 2)
 
 
-def _bare_hosts(name: str) -> str:
-    """Hand the nodes of cluster ``name`` their eth0 back unshaped, as a real host's NIC is (the
-    kernel's default qdisc); rank 0's address, for the rendezvous."""
+@contextlib.contextmanager
+def _bare_cluster(nodes: int):
+    """A cluster 'up' built, its nodes' eth0 handed back unshaped as a real host's NIC is (the
+    kernel's default qdisc): (its name, rank 0's address for the rendezvous); down afterwards."""
     from gctestbed.launch.state import find
     from gctestbed.net import namespaces, shaping
-    state = find(name)
-    for node in state.meta["nodes"]:
-        with namespaces.iproute(node["netns"]) as ipr:
-            ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
-    return state.meta["nodes"][0]["address"]
+    up = gctestbed("up", "--nodes", str(nodes), "--bw", "1gbit")
+    assert up.returncode == 0, up.stderr
+    name = up.stdout.strip().splitlines()[-1]
+    try:
+        state = find(name)
+        for node in state.meta["nodes"]:
+            with namespaces.iproute(node["netns"]) as ipr:
+                ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
+        yield name, state.meta["nodes"][0]["address"]
+    finally:
+        assert gctestbed("down", name).returncode == 0
+
+
+def _run_hosts(name: str, count: int, args: list[str], tmp_path) -> None:
+    """'gctestbed node ARGS' on each of the cluster's first ``count`` nodes at once, each with its own
+    store (tmp_path/hR); every host must finish well, and one that does not in 240 s fails the test
+    with every node log, so a hang shows where it was."""
+    procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
+                               *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(count)]
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            logs = {str(f): f.read_text()[-3000:] for f in tmp_path.glob("h*/runs/*/*.log")}
+            pytest.fail(f"a host did not finish in 240 s; node logs: {logs}")
+        assert p.returncode == 0, err
 
 
 @pytest.mark.root
@@ -73,28 +99,11 @@ def test_a_parameter_server_host_joins_by_rendezvous_after_the_workers(tmp_path,
     """Three 'hosts' run 'gctestbed node --nnodes 2 --comm ps:servers=1': two train, the third (the
     last rank of the rendezvous) serves, and rank 0's store holds the workers' steps and the
     server's, with the servers' contract kept."""
-    up = gctestbed("up", "--nodes", "3", "--bw", "1gbit")
-    assert up.returncode == 0, up.stderr
-    name = up.stdout.strip().splitlines()[-1]
-    try:
-        first = _bare_hosts(name)
+    with _bare_cluster(3) as (name, first):
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--comm", "ps:servers=1", "--dev", "eth0", "--bw", "1gbit",
                 "--steps", "4", "--no-calibrate", "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
-        procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
-                                   *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for r in (0, 1, 2)]
-        for p in procs:
-            try:
-                _, err = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                logs = {str(f): f.read_text()[-3000:] for f in tmp_path.glob("h*/runs/*/*.log")}
-                pytest.fail(f"a host did not finish in 240 s; node logs: {logs}")
-            assert p.returncode == 0, err
+        _run_hosts(name, 3, args, tmp_path)
         s = show(tmp_path / "h0", "job1")
-    finally:
-        assert gctestbed("down", name).returncode == 0
     assert s["status"] == "ok" and s["nodes"] == 2 and s["steps_recorded"] == 4 and s["params_identical"] is True
     (srv,) = s["servers"]
     assert srv["rank"] == 2 and srv["steps"] == 4 and srv["total_pull_bytes"] >= 2 * 4 * 4 * 85002   # dense sums
@@ -107,32 +116,15 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     """Two 'hosts' (the nodes of a cluster 'up' built, their eth0 handed back unshaped) each run
     'gctestbed node --bw 200mbit': each shapes its NIC, the hosts calibrate their paths, train, and
     rank 0's store holds the whole run with every field a netns run of the same job fills."""
-    up = gctestbed("up", "--nodes", "2", "--bw", "1gbit")
-    assert up.returncode == 0, up.stderr
-    name = up.stdout.strip().splitlines()[-1]
-    try:
-        first = _bare_hosts(name)
+    with _bare_cluster(2) as (name, first):
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--dev", "eth0", "--bw", "200mbit", "--steps", "4",
                 "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
-        procs = [subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "exec", name, str(r), "--", "gctestbed", "node",
-                                   *args, "--results", str(tmp_path / f"h{r}")], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:        # say where each host was: its node log
-                for q in procs:
-                    q.kill()
-                logs = {str(f): f.read_text()[-3000:] for f in tmp_path.glob("h*/runs/*/*.log")}
-                pytest.fail(f"a host did not finish in 240 s; node logs: {logs}")
-            assert p.returncode == 0, err
+        _run_hosts(name, 2, args, tmp_path)
         conn = sqlite3.connect(tmp_path / "h0" / "gctestbed.sqlite")
         assert conn.execute("SELECT rank, COUNT(*) FROM steps GROUP BY rank").fetchall() == [(0, 4), (1, 4)]
         assert conn.execute("SELECT status FROM runs WHERE run_id='job1'").fetchone() == ("ok",)
         assert len({r[0] for r in conn.execute("SELECT param_sha256 FROM nodes")}) == 1
         hosts = show(tmp_path / "h0", "job1")
-    finally:
-        assert gctestbed("down", name).returncode == 0
     # each path measured by the receiver's goodput: TCP's ~4.6 % of headers under the 200 Mbit/s egress
     paths = {(c["src"], c["dst"]): c for c in hosts["calibration"]}
     assert set(paths) == {(0, 1), (1, 0)} and not hosts["calibration_missed"], hosts["calibration"]
