@@ -240,3 +240,18 @@ def test_break_even_by_time_to_target_follows_the_steps_each_method_needed(tmp_p
     # by step time twobit pays off at all three (1.14x at 1 Gbit/s); needing three times the steps, it stops paying off
     assert b["kind"] == ("always" if twobit_steps == 2 else "crosses") and (b["bw_bps"] or 0) < 1e9
     assert "break-even by time to the target" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_plots_draw_a_method_in_one_colour_and_a_scheme_in_one_line():
+    from gctestbed.analysis import plots
+    methods, schemes = ["none", "fp16", "twobit", "dgc"], ["", " over ps:servers=1", " over ps:servers=2",
+                                                          " over localsgd:period=4", " over diloco:inner=4"]
+    labels = [m + s for m in methods for s in schemes]
+    styles = plots._styles(labels)
+    look = {label: (st["color"], str(st["linestyle"]), st["marker"]) for label, st in styles.items()}
+    assert len(set(look.values())) == len(labels)                          # every line told apart
+    for m in methods:                                                      # a method keeps its colour
+        assert len({look[m + s][0] for s in schemes}) == 1
+    for s in schemes:                                                      # a scheme keeps its line and marker
+        assert len({look[m + s][1:] for m in methods}) == 1
+    assert styles["twobit"]["linestyle"] == "-"                            # the ring: solid

@@ -2,7 +2,7 @@
 
 A row is a finished run: its sweep parameters (or, for runs outside a sweep, the same read from
 its RunSpec), its medians per step (step time is the slowest rank's, as in ``show``; local SGD and
-DiLoCo, which exchange only every H steps, are compared by their means over steps instead), and rank
+DiLoCo, which exchange only every H steps, are compared by their means over whole periods), and rank
 0's loss curve against cumulative wall time, and its held-out evaluations (``--eval-every``). A
 *group* is what a speedup compares within: same workload, nodes, latency, batch size, timing mode
 and optimizer.
@@ -65,7 +65,7 @@ class Row:
     server_sum_s: float | None = None
     pull_rx_bytes: float | None = None
     averaged_share: float | None = None     # local SGD, DiLoCo: the share of steps that averaged (step_s,
-                                            # expected_tx_bytes and reduce_calls are then means over steps)
+                                            # expected_tx_bytes and reduce_calls are then means over periods)
 
     @property
     def group(self) -> tuple:

@@ -42,7 +42,10 @@ def _against_bandwidth(ax, bws, ylabel: str) -> None:
     ax.set_xlabel("link bandwidth")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if len(ax.get_legend_handles_labels()[1]) > 6:        # many methods: the legend beside the plot, not over it
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=7)
 
 
 def _save(fig, path: str, title: str) -> dict:
@@ -60,14 +63,29 @@ def _colours(labels: list[str]) -> dict[str, tuple]:
     return {label: cmap(i % 10) for i, label in enumerate(sorted(labels))}
 
 
+LINES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _styles(labels: list[str]) -> dict[str, dict]:
+    """Per method label, how its line looks: the colour is the compressor's, the line and marker
+    the scheme's (``twobit over ps:servers=2``: twobit's colour, the second scheme's dashes), so
+    a plot comparing the ring, parameter servers and local steps can be read method by method."""
+    split = {label: (label.split(" over ", 1) + [""])[:2] for label in labels}
+    colours = _colours(sorted({m for m, _ in split.values()}))
+    schemes = sorted({s for _, s in split.values()})          # "" (the ring) first
+    return {label: {"color": colours[m], "linestyle": LINES[schemes.index(s) % len(LINES)],
+                    "marker": MARKERS[schemes.index(s) % len(MARKERS)]} for label, (m, s) in split.items()}
+
+
 def step_times(rows: list[Row], group: tuple, path: str) -> dict:
     """Median step time against bandwidth, one line per method, log-log."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     members = [r for r in rows if r.group == group]
-    colours = _colours(list({r.compressor for r in members}))
-    for label in sorted(colours):
+    styles = _styles(list({r.compressor for r in members}))
+    for label in sorted(styles):
         pts = sorted((r.bw_bps, r.step_s) for r in members if r.compressor == label)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colours[label], label=label, markersize=4)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, markersize=4, **styles[label])
     _against_bandwidth(ax, [r.bw_bps for r in members], "median step time (s)")
     return _save(fig, path, f"step time: {group_label(group)}")
 
@@ -76,15 +94,15 @@ def speedups(curves: list[Curve], group: tuple, path: str) -> dict:
     """Speedup over none against bandwidth; the break-even bandwidths marked where the curve crosses 1."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     mine = [c for c in curves if c.group == group]
-    colours = _colours([c.compressor for c in mine])
+    styles = _styles([c.compressor for c in mine])
     for c in mine:
-        bw = [p.bw_bps for p in c.points]
-        ax.plot(bw, [p.speedup for p in c.points], "o-", color=colours[c.compressor], label=c.compressor, markersize=4)
+        bw, colour = [p.bw_bps for p in c.points], styles[c.compressor]["color"]
+        ax.plot(bw, [p.speedup for p in c.points], label=c.compressor, markersize=4, **styles[c.compressor])
         if len(c.points) > 1 and any(p.low != p.high for p in c.points):
-            ax.fill_between(bw, [p.low for p in c.points], [p.high for p in c.points], color=colours[c.compressor], alpha=0.15)
+            ax.fill_between(bw, [p.low for p in c.points], [p.high for p in c.points], color=colour, alpha=0.15)
         if c.crossing.bw_bps:
-            ax.axvline(c.crossing.bw_bps, color=colours[c.compressor], linestyle=":", linewidth=1)
-            ax.plot([c.crossing.bw_bps], [1.0], "x", color=colours[c.compressor], markersize=9, mew=2)
+            ax.axvline(c.crossing.bw_bps, color=colour, linestyle=":", linewidth=1)
+            ax.plot([c.crossing.bw_bps], [1.0], "x", color=colour, markersize=9, mew=2)
     ax.axhline(1.0, color="black", linewidth=0.8)
     _against_bandwidth(ax, [p.bw_bps for c in mine for p in c.points], "speedup over none (x)")
     return _save(fig, path, f"speedup, break-even marked x: {group_label(group)}")
@@ -123,11 +141,12 @@ def losses(rows: list[Row], group: tuple, path: str) -> dict:
     bws = sorted({r.bw_bps for r in members})
     shown = [bws[0]] + ([bws[-1]] if len(bws) > 1 else [])
     fig, axes = plt.subplots(1, len(shown), figsize=(5.5 * len(shown), 3.8), squeeze=False)
-    colours = _colours(list({r.compressor for r in members}))
+    styles = _styles(list({r.compressor for r in members}))
     for ax, bw in zip(axes.flat, shown):
         for r in sorted((r for r in members if r.bw_bps == bw and r.repeat == 0), key=lambda r: r.compressor):
             pts = [(t, v) for t, v in zip(r.wall, r.losses) if v is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=colours[r.compressor], label=r.compressor)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r.compressor,
+                    **{**styles[r.compressor], "marker": None})
         ax.set_title(_rate(bw), fontsize=9)
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("training loss (rank 0)")
@@ -155,7 +174,10 @@ def model_fit(f: Fit, path: str) -> dict:
     ax.set_xlabel("measured step time (s)")
     ax.set_ylabel("model's step time (s)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if len(ax.get_legend_handles_labels()[1]) > 6:        # many methods: the legend beside the plot, not over it
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=7)
     err = f.median_error
     return _save(fig, path, f"model ({f.variant}) against measurement: median |error| "
                             f"{'-' if err is None else f'{err:.1%}'}; red: off by more than 10 %")
