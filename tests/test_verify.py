@@ -111,7 +111,7 @@ def test_parameter_servers_keep_the_contract_on_both_sides_of_their_links(tmp_pa
     assert proc.returncode == 0, proc.stderr + json.dumps([r for r in report["methods"] if not r["ok"]], indent=1)
     for row in [report["none"], *report["methods"]]:
         assert row["ok"] and row["params_identical"] is True, row
-        assert row["collectives_per_step"] == 3, row       # one message per part: 3 a step for this model
+        assert row["collectives_per_step"] == 4, row       # one message per part: 2 buckets, each with parameters on both servers
         for side in ("in", "out"):                          # the servers took in every push and sent every sum
             f = row["servers"][side]
             assert 1.0 <= f["counters_bytes"] / f["contract_bytes"] < 1.15, (row["method"], side, f)
