@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .spec import RunSpec, UserError
+from .spec import LOCAL_COMMS, RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
 SCHEMA_VERSION = 9
@@ -712,7 +712,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_pull_s=_median(r["pull_s"] for rs in per_step for r in rs if r["pull_s"] is not None),
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
-        amortised=_amortised(per_step) if spec.comm in ("localsgd", "diloco") and per_step else None,
+        amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],

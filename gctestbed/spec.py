@@ -399,6 +399,7 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 # how the workers meet (gctestbed.comm): the ring's collectives, parameter servers, or local steps
 # with periodic averaging (local SGD, DiLoCo)
 COMMS = ("allreduce", "ps", "localsgd", "diloco")
+LOCAL_COMMS = ("localsgd", "diloco")       # the schemes that step locally and average the model now and then
 
 
 @dataclass(frozen=True)

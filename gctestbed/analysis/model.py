@@ -45,6 +45,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from ..spec import LOCAL_COMMS
 from .cells import Row
 
 TOLERANCE = 0.10
@@ -137,12 +138,9 @@ def step_time(ph: Phases, comm: float, tail: float, mode: str, lam: float, varia
     return max(lam * ph.compute, comm - tail) + tail + fixed
 
 
-LOCAL = ("localsgd", "diloco")
-
-
 def _mode(r: Row) -> str:
     """Local steps exchange nothing while backward runs: their averaging adds to the step."""
-    return "serial" if r.comm in LOCAL else r.mode
+    return "serial" if r.comm in LOCAL_COMMS else r.mode
 
 
 def _comm(r: Row, alpha: float, eta: float) -> tuple[float, float]:

@@ -37,6 +37,9 @@ def keep_local(after: int):
     return exchange
 
 
+IDLE = {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}      # a step that did not average
+
+
 class _Periodic:
     """What local SGD and DiLoCo share: after each optimizer step, average when ``due``
     (and after the last step), and say what it cost."""
@@ -53,7 +56,7 @@ class _Periodic:
 
     def after_step(self, step: int) -> dict:
         if not self.due(step) and step != self.last:
-            return {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}
+            return dict(IDLE)
         t = now()
         self.average()
         return {"sync_s": now() - t, "sync_tx_bytes": self.bytes, "sync_calls": 1}   # one flat all-reduce
@@ -73,7 +76,7 @@ class LocalSGD(_Periodic):
 
     def after_step(self, step: int) -> dict:
         if step < self.options["warmup"]:          # the warm-up all-reduced the gradients already
-            return {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}
+            return dict(IDLE)
         return super().after_step(step)
 
     def average(self) -> None:

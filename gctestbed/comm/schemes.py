@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import COMMS, SpecError, parse_choice, resolve_options
+from ..spec import COMMS, LOCAL_COMMS, SpecError, parse_choice, resolve_options
 
 PULLS = ("dense", "compressed")
 
@@ -76,7 +76,7 @@ def check(name: str, options: dict[str, Any], compressor, backend: str, own_loop
     if backend != "gloo":
         raise SpecError(f"--comm {name} talks over Gloo here: use --backend gloo.")
     method = compressor.name
-    if name in ("localsgd", "diloco"):
+    if name in LOCAL_COMMS:
         if method != "none":
             raise SpecError(f"--comm {name} averages the model densely instead of compressing gradients: "
                             f"use --compressor none with it (got {method}).")
