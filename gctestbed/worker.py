@@ -84,12 +84,6 @@ def evaluate(work: workloads.Workload, model: torch.nn.Module, device: torch.dev
     return metrics
 
 
-def periodic(spec: RunSpec, model: torch.nn.Module):
-    """Local SGD's or DiLoCo's averaging after the optimizer step, or None."""
-    kind = {"localsgd": local.LocalSGD, "diloco": local.DiLoCo}.get(spec.comm)
-    return kind(spec, list(model.parameters())) if kind else None
-
-
 def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     if not dist.is_initialized():       # 'gctestbed node' calibrated first, in this process group
         dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
@@ -108,8 +102,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
-    averaging = periodic(spec, model)
-    exchange = ps.ServerExchange(spec) if spec.servers else averaging.exchange() if averaging else None
+    averaging = local.averaging(spec, list(model.parameters()))
+    exchange = ps.ServerExchange(spec) if spec.servers else averaging and averaging.exchange()
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)
     optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
                                  compressor.momentum_inside, spec.compressor)
@@ -138,9 +132,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         optim_s = laps.lap()
         stats = comm.take_step_stats()
         if averaging is not None:        # local SGD, DiLoCo: the model averaged now and then
-            synced = averaging.after_step(step)
-            stats.update(sync_s=synced["sync_s"], expected_tx_bytes=stats["expected_tx_bytes"] + synced["sync_tx_bytes"],
-                         reduce_calls=stats["reduce_calls"] + synced["sync_calls"])
+            for key, value in averaging.after_step(step).items():
+                stats[key] = stats.get(key, 0) + value
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
                       compute_s=compute_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,

@@ -37,12 +37,12 @@ def keep_local(after: int):
     return exchange
 
 
-IDLE = {"sync_s": 0.0, "sync_tx_bytes": 0, "sync_calls": 0}      # a step that did not average
+IDLE = {"sync_s": 0.0, "expected_tx_bytes": 0, "reduce_calls": 0}     # a step that did not average
 
 
 class _Periodic:
     """What local SGD and DiLoCo share: after each optimizer step, average when ``due``
-    (and after the last step), and say what it cost."""
+    (and after the last step), and say what it cost in the step's own fields (added to the hook's)."""
 
     def __init__(self, spec: RunSpec, params: list[torch.nn.Parameter]):
         self.params, self.last, self.options = params, spec.steps - 1, spec.comm_options
@@ -59,7 +59,7 @@ class _Periodic:
             return dict(IDLE)
         t = now()
         self.average()
-        return {"sync_s": now() - t, "sync_tx_bytes": self.bytes, "sync_calls": 1}   # one flat all-reduce
+        return {"sync_s": now() - t, "expected_tx_bytes": self.bytes, "reduce_calls": 1}   # one flat all-reduce
 
 
 class LocalSGD(_Periodic):
@@ -109,3 +109,9 @@ class DiLoCo(_Periodic):
         with torch.no_grad():
             for s, p in zip(self.shared, self.params):
                 p.copy_(s)
+
+
+def averaging(spec: RunSpec, params: list[torch.nn.Parameter]) -> _Periodic | None:
+    """The run's averaging after the optimizer step (local SGD or DiLoCo), or None."""
+    kind = {"localsgd": LocalSGD, "diloco": DiLoCo}.get(spec.comm)
+    return kind(spec, params) if kind else None
