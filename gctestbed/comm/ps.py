@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..compress import hook
-from ..compress.base import Bucket, Payload
+from ..compress.base import Bucket
 from ..spec import RunSpec
 from ..timing import now
 from . import wire
@@ -107,8 +107,7 @@ class ServerExchange:
         works, push_bytes = [], 0
         for k, pieces, sub, payload in parts:
             layout, first = self._layout(k, sub)
-            msg = wire.Message(ctx.step, layout, payload.reduce + payload.gather,
-                               {**first, "plain": method is hook.PLAIN, "reduce": len(payload.reduce)})
+            msg = wire.Message.carrying(ctx.step, layout, payload, {**first, "plain": method is hook.PLAIN})
             w, nbytes = wire.send(msg, [self.first + k])
             works += w
             push_bytes += nbytes
@@ -124,10 +123,7 @@ class ServerExchange:
                 raise RuntimeError(f"server {k} answered step {ctx.step} bucket {ctx.key} out of turn")
             n = sum(p.numel for p in pieces)
             if self.compressed:
-                r = msg.info["reduce"]
-                pull = Payload(reduce=msg.tensors[:r], gather=msg.tensors[r:])
-                pull.gathered = [pull.gather] if pull.gather else None
-                total = method.decompress(pull, sub, n)
+                total = method.decompress(wire.payload([msg]), sub, n)
             else:
                 total = msg.tensors[0]
             offset = 0

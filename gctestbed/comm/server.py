@@ -12,14 +12,13 @@ server's interface counters over the step, go to the store.
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
 
 from .. import compress
 from ..compress import hook
-from ..compress.base import Bucket, Payload
+from ..compress.base import Bucket
 from ..results import Recorder
 from ..spec import RunSpec
 from ..timing import now
@@ -31,7 +30,7 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
     index = rank - spec.nodes
     compressed = spec.comm_options["pull"] == "compressed"
     method = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels, feedback=False)
-    layouts: dict[tuple[int, int], tuple[list, list]] = {}
+    layouts: dict[int, tuple[list, list]] = {}
     current, stats = None, None
     tx0, rx0 = counters()
 
@@ -57,22 +56,16 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
                 flush()
             current = step
             stats = {"sum_s": 0.0, "wait_s": 0.0, "send_s": 0.0, "messages": 0, "push_bytes": 0, "pull_bytes": 0}
-        for w, m in enumerate(msgs):
-            if "shapes" in m.info:
-                layouts[(w, layout)] = (m.info["shapes"], m.info["ids"])
-        shapes, ids = layouts[(0, layout)]
+        if "shapes" in msgs[0].info:                 # a layout's first message names its parameters (every worker's alike)
+            layouts[layout] = (msgs[0].info["shapes"], msgs[0].info["ids"])
+        shapes, ids = layouts[layout]
         bucket = Bucket(key=layout, shapes=[torch.Size(s) for s in shapes], step=step, rank=index,
                         world=spec.nodes, ids=tuple(ids))
         numel = sum(b.numel() for b in bucket.shapes)
         codec = hook.PLAIN if msgs[0].info["plain"] else method
-        r = msgs[0].info["reduce"]
-        payload = Payload(reduce=[functools.reduce(torch.add, [m.tensors[i] for m in msgs]) for i in range(r)],
-                          gather=msgs[0].tensors[r:])
-        payload.gathered = [m.tensors[r:] for m in msgs] if payload.gather else None
-        total = codec.decompress(payload, bucket, numel)
+        total = codec.decompress(wire.payload(msgs), bucket, numel)
         if compressed:
-            answer = codec.encode(total, bucket)
-            reply = wire.Message(step, layout, answer.reduce + answer.gather, {"reduce": len(answer.reduce)})
+            reply = wire.Message.carrying(step, layout, codec.encode(total, bucket))
         else:
             reply = wire.Message(step, layout, [total.to(torch.float32)])
         t2 = now()

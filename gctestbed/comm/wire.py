@@ -10,6 +10,7 @@ is what the accounting counts.
 
 from __future__ import annotations
 
+import functools
 import pickle
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ..compress import collectives
+from ..compress.base import Payload
 
 ENVELOPE_BYTES = 4 * 8
 BYE = -1            # an envelope whose step is BYE: the sender has no more steps
@@ -39,12 +41,27 @@ class Message:
         return collectives.pack([raw, *(t.detach().cpu() for t in self.tensors)]), len(header)
 
     @staticmethod
+    def carrying(step: int, layout: int, payload: Payload, info: dict[str, Any] | None = None) -> "Message":
+        """A message carrying a method's payload: its summed tensors, then its gathered ones."""
+        return Message(step, layout, payload.reduce + payload.gather, {**(info or {}), "reduce": len(payload.reduce)})
+
+    @staticmethod
     def parse(step: int, layout: int, header_len: int, buf: torch.Tensor) -> "Message":
         info = pickle.loads(buf[:header_len].numpy().tobytes())
         described = info.pop("tensors")
         parts = collectives.cut(buf, [header_len, *(n for _, n in described)],
                                 [torch.uint8, *(getattr(torch, d) for d, _ in described)])
         return Message(step, layout, [t.clone() for t in parts[1:]], info)
+
+
+def payload(msgs: list[Message]) -> Payload:
+    """The payload ``Message.carrying`` messages from several senders make together, as the ring's
+    collectives would have left it: the summed tensors added up, the gathered ones kept per sender."""
+    r = msgs[0].info["reduce"]
+    out = Payload(reduce=[functools.reduce(torch.add, [m.tensors[i] for m in msgs]) for i in range(r)],
+                  gather=msgs[0].tensors[r:])
+    out.gathered = [m.tensors[r:] for m in msgs] if out.gather else None
+    return out
 
 
 def send(msg: Message, dsts: list[int]) -> tuple[list, int]:
