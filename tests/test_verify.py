@@ -84,6 +84,7 @@ def test_verify_fails_on_a_dgc_that_selects_twice_k(tmp_path, state_dir):
 # A server that pads every pull with 64 kB the workers never read: its own count of the bytes it
 # sent includes them, so only a contract written apart from the code can see it.
 SERVER_PADS_PULLS = """
+import types
 import torch
 from gctestbed.comm import server, wire
 _send = wire.send
@@ -91,8 +92,7 @@ def _padded(msg, dsts):
     if msg.tensors and "reduce" not in msg.info:
         msg = wire.Message(msg.step, msg.layout, [*msg.tensors, torch.zeros(16384)], msg.info)
     return _send(msg, dsts)
-server.wire = type("W", (), {"send": staticmethod(_padded), "receive": staticmethod(wire.receive),
-                             "Message": wire.Message})
+server.wire = types.SimpleNamespace(**{**vars(wire), "send": _padded})     # the server's wire, send alone replaced
 """
 # Workers that push every small parameter to every server (each server then sums a copy).
 SMALL_TO_EVERY_SERVER = """
