@@ -28,7 +28,7 @@ DEFAULTS: dict[str, str] = {
         ("batch_size", "batch_size"), ("lr", "lr"), ("seed", "seed"), ("bucket_cap_mb", "bucket_cap_mb"),
         ("timeout", "timeout_s"), ("results_dir", "results_dir"), ("kernels", "kernels"), ("mode", "mode"),
         ("launcher", "launcher"), ("backend", "backend"), ("device", "device"), ("optimizer", "optimizer"),
-        ("eval_every", "eval_every"), ("comm", "comm"))},
+        ("eval_every", "eval_every"), ("comm", "comm"), ("cpus_per_node", "cpus_per_node"))},
 }
 
 
@@ -40,7 +40,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                topology_file=None, calibrate=True, accept_miss=False, kernels=DEFAULTS["kernels"],
                mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
                backend=DEFAULTS["backend"], device=DEFAULTS["device"], optimizer=DEFAULTS["optimizer"],
-               eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], run_id="") -> RunSpec:
+               eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], cpus_per_node=DEFAULTS["cpus_per_node"],
+               run_id="") -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     comp_name, comp_options = compress.resolve(compressor)
     opt_name, opt_options = optimizers.resolve(optimizer)
@@ -72,7 +73,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                    eval_every=_int("--eval-every", eval_every), bucket_cap_mb=_float("--bucket-cap-mb", bucket_cap_mb),
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
                    mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults],
-                   backend=backend, device=device, comm=comm_name, comm_options=comm_options, run_id=run_id)
+                   backend=backend, device=device, comm=comm_name, comm_options=comm_options,
+                   cpus_per_node=_float("--cpus-per-node", cpus_per_node), run_id=run_id)
     spec.validate()
     return spec
 

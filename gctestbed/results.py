@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from .spec import LOCAL_COMMS, RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s")
@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS nodes (
     eval_loss    REAL,           -- the workload's held-out evaluation after the last step
     eval_accuracy REAL,
     eval_samples INTEGER,        -- how many held-out samples (or tokens) the accuracy counts
+    cpu_s        REAL,           -- CPU time the node's process used (user + system), start to end
+    wall_s       REAL,           -- and the wall time it lived
     PRIMARY KEY (run_id, rank)
 );
 CREATE TABLE IF NOT EXISTS evals (         -- held-out loss and accuracy during training (rank 0's replica)
@@ -250,9 +252,13 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("steps", "reduce_calls", "INTEGER"), ("steps", "gather_calls", "INTEGER"),
                                 ("steps", "tail_tx_bytes", "INTEGER"), ("nodes", "eval_samples", "INTEGER"),
                                 ("steps", "push_s", "REAL"), ("steps", "pull_s", "REAL"), ("steps", "sync_s", "REAL"),
-                                ("nodes", "role", "TEXT")):
+                                ("nodes", "role", "TEXT"), ("nodes", "cpu_s", "REAL"), ("nodes", "wall_s", "REAL")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            except sqlite3.OperationalError as e:     # another process (a node) added it in the meantime
+                if "duplicate column" not in str(e):
+                    raise
 
 
 class Recorder:
@@ -297,7 +303,7 @@ class Recorder:
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
                 if key not in ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
-                               "eval_samples"):
+                               "eval_samples", "cpu_s", "wall_s"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
 
@@ -605,6 +611,7 @@ class RunSummary:
     servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
+    cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -674,6 +681,20 @@ def _amortised(per_step: list) -> dict[str, Any]:
             "steps": len(per_step)}
 
 
+def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
+    """How the nodes shared this host's CPUs: the cap (--cpus-per-node, 0 for none), whether
+    more nodes than cores ran uncapped (then compute times depend on the scheduler), each node's
+    CPU time over its wall time as the node measured it, and the kernel's throttling counters of
+    each node's cgroup where there were any."""
+    cores = env.get("cpus")
+    per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
+                 "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None}
+                for r in nodes]
+    return {"cpus_per_node": spec.cpus_per_node, "host_cpus": cores,
+            "contended": bool(cores and spec.world > cores and not spec.cpus_per_node), "nodes": per_node,
+            "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
+
+
 def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
@@ -713,6 +734,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
+        cpu=_cpu(spec, nodes, env),
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],

@@ -437,6 +437,7 @@ class RunSpec:
     launcher: str = "netns"                  # netns | docker
     command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
     faults: list[FaultSpec] = field(default_factory=list)
+    cpus_per_node: float = 0.0               # each node held to this many CPUs (cgroups); 0: no cap, nodes share the host
     run_id: str = ""
 
     @classmethod
@@ -517,6 +518,10 @@ class RunSpec:
             raise SpecError(f"faults must be a list of FaultSpec, got {self.faults!r}.")
         for f in self.faults:
             f.validate(self.world)
+        if not (isinstance(self.cpus_per_node, (int, float)) and math.isfinite(self.cpus_per_node)
+                and (self.cpus_per_node == 0 or 0.01 <= self.cpus_per_node <= 1024)):
+            raise SpecError(f"--cpus-per-node must be a number of CPUs from 0.01 to 1024 (0: no cap), "
+                            f"got {self.cpus_per_node!r}.")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -63,6 +63,7 @@ class Grid:
     kernels: str = flags.DEFAULTS["kernels"]
     launcher: str = flags.DEFAULTS["launcher"]
     device: str = flags.DEFAULTS["device"]         # cuda: one GPU per node, NCCL (the backend follows)
+    cpus_per_node: str = flags.DEFAULTS["cpus_per_node"]   # every cell's nodes held to this many CPUs
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     accept_miss: bool = False
     results_dir: str = flags.DEFAULTS["results_dir"]
@@ -72,7 +73,7 @@ class Grid:
         shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
-        for key in ("eval_every", "device"):       # added later: at their defaults, names stay as they were
+        for key in ("eval_every", "device", "cpus_per_node"):       # added later: at their defaults, names stay as they were
             if shared[key] == flags.DEFAULTS[key]:
                 del shared[key]
         return "sweep-" + hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
@@ -131,7 +132,8 @@ def plan(grid: Grid) -> list[Cell]:
                                     bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
                                     calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,
                                     kernels=grid.kernels, mode=params["mode"], launcher=grid.launcher,
-                                    device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo")
+                                    device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
+                                    cpus_per_node=grid.cpus_per_node)
             cells.append(Cell(params, repeat, spec))
     return cells
 

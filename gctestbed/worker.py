@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import sys
+import time
 from datetime import timedelta
 
 import psutil
@@ -149,7 +150,12 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
 
 
 def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> None:
-    """Hosts with stores of their own send every row to rank 0's; then the process group ends."""
+    """The node's CPU time against its wall time (so contention for cores shows); hosts with
+    stores of their own send every row to rank 0's; then the process group ends."""
+    me = psutil.Process()
+    cpu = me.cpu_times()
+    recorder.node(rank, cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system,
+                  wall_s=time.time() - me.create_time())
     if os.environ.get(GATHER_ENV) == "1" and world > 1:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)

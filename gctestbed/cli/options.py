@@ -88,3 +88,10 @@ def calibration_options(f):
     return click.option("--calibrate/--no-calibrate", default=True, show_default=True,
                         help="Measure every link before training and stop if one misses its target by more than 10 % "
                              "(node: its shaped --dev, against the other hosts').")(f)
+
+
+def cpus_option(f):
+    """--cpus-per-node, shared by run and sweep."""
+    return click.option("--cpus-per-node", default=flags.DEFAULTS["cpus_per_node"], show_default=True, metavar="X",
+                        help="Hold every node to X CPUs (e.g. 0.5) with a cgroup each, so nodes that outnumber cores "
+                             "share them equally and step times do not depend on the scheduler; 0: no cap.")(f)

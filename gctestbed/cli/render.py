@@ -163,6 +163,7 @@ def print_summary(s: results.RunSummary) -> None:
                      f"{c['steps_judged'][-1]}): {verdict}" if c["steps_judged"] else f"no step judged: {verdict}"))
     if s.latency_impl not in (None, "none"):
         rows.append(("delay made by", s.latency_impl))
+    rows += _cpu_rows(s.cpu)
     for c in s.calibration:
         rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
                      f"{fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {fmt(c['rtt_idle_s'], ' ms', 1e-3)}"
@@ -182,6 +183,28 @@ def print_summary(s: results.RunSummary) -> None:
     for k, v in rows:
         table.add_row(escape(k), escape(v))         # workers' errors quote C++ paths in [brackets]
     Console().print(table)
+
+
+def _cpu_rows(cpu: dict | None) -> list[tuple[str, str]]:
+    """How the nodes shared the CPUs: the cap, or a warning when more nodes than cores ran
+    uncapped; each node's CPU time against wall time, where either is worth reading."""
+    if not cpu or not (cpu["cpus_per_node"] or cpu["contended"]):
+        return []
+    if cpu["cpus_per_node"]:
+        head = ("CPU per node", f"held to {cpu['cpus_per_node']:g} CPUs (cgroup)")
+    else:
+        head = ("CPU contention", f"{len(cpu['nodes'])} nodes shared {cpu['host_cpus']} cores with no --cpus-per-node: "
+                                  "compute times depend on the scheduler")
+    kernel = cpu.get("cgroups") or {}
+    rows = [head]
+    for n in cpu["nodes"]:
+        if n["cpu_share"] is None:
+            continue
+        k = kernel.get(str(n["rank"]))
+        throttled = f", throttled {k['throttled_s']:.1f} s in {k['throttled_periods']} of {k['periods']} periods" if k else ""
+        rows.append((f"  node {n['rank']} CPU / wall", f"{n['cpu_s']:.1f} s / {n['wall_s']:.1f} s "
+                                                       f"({n['cpu_share']:.2f} CPUs){throttled}"))
+    return rows
 
 
 def print_report(r: dict) -> None:

@@ -17,7 +17,7 @@ from .. import verify as verify_
 from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, format_duration, format_rate, parse_rate
 
 from . import console, main
-from .options import calibration_options, network_options, training_options
+from .options import calibration_options, cpus_option, network_options, training_options
 from .render import bench_report, compressors_table, print_report, print_summary, verify_table
 
 
@@ -32,10 +32,11 @@ from .render import bench_report, compressors_table, print_report, print_summary
               help="Break a node's link mid-run, counted from the first step (repeatable): "
                    "link-down:node=1,at=10s,for=2s takes both ends of its cable down; "
                    "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
+@cpus_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
         kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
-        timeout, faults, results_dir, command):
+        timeout, faults, cpus_per_node, results_dir, command):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -48,7 +49,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             comm=comm, eval_every=eval_every, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                            launcher=launcher, faults=faults)
+                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node)
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
@@ -109,13 +110,14 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--name", default=None, help="Sweep name (default: derived from the grid, so the same command resumes).")
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
+@cpus_option
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
-          results_dir, **axes):
+          cpus_per_node, results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
-                  accept_miss=accept_miss, results_dir=results_dir)
+                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
     for axis, given in axes.items():

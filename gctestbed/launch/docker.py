@@ -132,7 +132,7 @@ class DockerCluster:
         for rank in range(self.spec.world):
             cname = f"gct-{self.state.run_id}-c{rank}"
             self.state.add("container", name=cname)
-            extra = {}
+            extra = {"nano_cpus": round(self.spec.cpus_per_node * 1e9)} if self.spec.cpus_per_node else {}
             if self.gpu:
                 import docker
                 extra["device_requests"] = [docker.types.DeviceRequest(device_ids=[str(rank)], capabilities=[["gpu"]])]

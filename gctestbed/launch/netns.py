@@ -7,12 +7,14 @@ unless a topology file says otherwise), built by net/topology.py through launch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 
 from ..net import namespaces
 from ..spec import RunSpec, UserError
+from . import cpushare
 from .network import Shaped
 from .protocol import Node
 from .state import RunState
@@ -28,6 +30,7 @@ class NetnsCluster:
     def __init__(self, spec: RunSpec, state: RunState):
         self.spec, self.state = spec, state
         self.shaped = Shaped(spec, state)
+        self.cgroups: dict[int, str] = {}        # rank -> its cgroup, with --cpus-per-node
 
     @property
     def network(self):
@@ -40,7 +43,13 @@ class NetnsCluster:
 
     def up(self) -> list[Node]:
         self.check_host()
-        return self.shaped.build()
+        nodes = self.shaped.build()
+        if self.spec.cpus_per_node:
+            for node in nodes:
+                path = os.path.join(cpushare.check()[1], cpushare.PREFIX + node.name)
+                self.state.add("cgroup", name=path)
+                self.cgroups[node.rank] = cpushare.create(node.name, self.spec.cpus_per_node)
+        return nodes
 
     def calibrate(self):
         return self.shaped.calibrate()
@@ -52,14 +61,16 @@ class NetnsCluster:
         return self.shaped.describe()
 
     def final_counters(self) -> dict:
-        return self.shaped.final_counters()
+        shares = {str(rank): cpushare.stats(path) for rank, path in self.cgroups.items()}
+        return {**self.shaped.final_counters(), **({"cpu_shares": shares} if shares else {})}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment."""
         env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
         with open(log_path, "ab") as log:
-            proc = namespaces.popen(node.name, argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            group = self.cgroups.get(node.rank)
+            proc = namespaces.popen(node.name, argv, then=group and functools.partial(cpushare.join, group), env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.state.add("process", name=node.name, pid=proc.pid)
         return proc
 

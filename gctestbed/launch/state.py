@@ -22,6 +22,7 @@ import psutil
 
 from ..net import namespaces
 from ..spec import UserError
+from . import cpushare
 
 BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")
 SUBNETS = list(BENCHMARK_NET.subnets(new_prefix=24))
@@ -80,7 +81,8 @@ class RunState:
         self._write()
 
     def add(self, kind: str, **where) -> None:
-        """Record an object (``netns``, ``link``, ``qdisc``, ``process``) before creating it.
+        """Record an object (``netns``, ``link``, ``qdisc``, ``process``, ``container``, ``cgroup``)
+        before creating it.
 
         A process is recorded just after it starts (its pid is needed), with its start time, so a
         later teardown never signals another process that reused the pid.
@@ -129,6 +131,8 @@ class RunState:
                     _remove_container(obj["name"])
                 elif kind == "link" and obj.get("netns") not in netns_names:
                     namespaces.delete_link(obj["name"], obj.get("netns"))
+                elif kind == "cgroup":
+                    cpushare.remove(obj["name"])
             except OSError as e:
                 problems.append(f"{kind} {obj['name']}: {e}")
         leftover = [n for n in netns_names if namespaces.exists(n)]
@@ -241,12 +245,12 @@ def _locked_if_present() -> Iterator[None]:
 
 
 def census(prefix: str = "gct-", containers: bool = False) -> dict[str, list[str]]:
-    """What of gctestbed's is on this machine now: namespaces, ledgers, processes, and (asked
-    for when a launcher makes them, so no engine is bothered otherwise) containers."""
+    """What of gctestbed's is on this machine now: namespaces, ledgers, processes, CPU cgroups,
+    and (asked for when a launcher makes them, so no engine is bothered otherwise) containers."""
     found = {"namespaces": sorted(n for n in os.listdir(namespaces.NETNS_DIR) if n.startswith(prefix))
              if os.path.isdir(namespaces.NETNS_DIR) else [],
              "ledgers": sorted(s.run_id for s in load_all() if f"gct-{s.run_id}-".startswith(prefix)),
-             "processes": [], "containers": []}
+             "processes": [], "containers": [], "cgroups": cpushare.existing(prefix)}
     for p in psutil.process_iter(["pid", "cmdline", "environ"]):
         try:
             cmdline = " ".join(p.info["cmdline"] or [])

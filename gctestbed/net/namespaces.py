@@ -13,7 +13,7 @@ import errno
 import os
 import subprocess
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import psutil
 from pyroute2 import IPRoute, netns
@@ -71,9 +71,15 @@ def enter(name: str) -> None:
     netns.setns(name, flags=0)
 
 
-def popen(name: str | None, argv: list[str], **kwargs: Any) -> subprocess.Popen:
-    """Start ``argv`` inside namespace ``name``, this process's when None (argv list, never a shell)."""
-    return subprocess.Popen(argv, preexec_fn=(lambda: enter(name)) if name is not None else None, **kwargs)
+def popen(name: str | None, argv: list[str], then: Callable[[], None] | None = None, **kwargs: Any) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``name``, this process's when None (argv list, never a shell);
+    ``then``: what else the child does before exec (join a cgroup)."""
+    def setup() -> None:
+        if name is not None:
+            enter(name)
+        if then is not None:
+            then()
+    return subprocess.Popen(argv, preexec_fn=setup if name is not None or then is not None else None, **kwargs)
 
 
 def write_sysctl(name: str, key: str, value: str) -> None:
