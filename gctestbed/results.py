@@ -612,6 +612,7 @@ class RunSummary:
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
     cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
+    phases: dict[str, Any] | None = None     # where the run's wall time went, and its fixed cost (see _phases)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -695,6 +696,20 @@ def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
             "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
 
 
+def _phases(env: dict, rows: list) -> dict[str, Any] | None:
+    """The seconds each phase of the run took as its runner timed them (building the network,
+    calibrating, the nodes from start to exit, teardown), rank 0's steps summed (``steps_s``),
+    and the fixed cost: the run's wall time beyond its own steps and calibration (``fixed_s``:
+    starting interpreters and process groups, evaluation, building and removing the network).
+    None for runs that did not time them (hosts, older stores)."""
+    phases = env.get("phases")
+    if not phases:
+        return None
+    total = sum(phases.values())
+    steps = sum(r["step_s"] for r in rows if r["rank"] == 0)
+    return {**phases, "total_s": total, "steps_s": steps, "fixed_s": total - steps - phases.get("calibrate_s", 0.0)}
+
+
 def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
@@ -735,6 +750,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
         cpu=_cpu(spec, nodes, env),
+        phases=_phases(env, rows),
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],

@@ -24,6 +24,7 @@ from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
 from .session import Session, read_text, resolve
 from .spec import RunSpec, format_duration
+from .timing import Laps
 
 Progress = Callable[[int, int, dict], None]
 Phase = Callable[[str], None]
@@ -52,6 +53,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     session = None
     status, error = "failed", None
     cluster = None
+    laps, phases = Laps(), {}         # where the run's wall time went (see results.RunSummary.phases)
     try:
         with _signals_raise():
             spec = resolve(spec, state.run_id, on_phase)
@@ -60,9 +62,11 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             on_phase("building the network")
             nodes = cluster.up()
             recorder = session.start(cluster.launcher, cluster.describe())
+            phases["build_s"] = laps.lap()
             if spec.calibrate and spec.world > 1:
                 on_phase("calibrating links")
                 error = session.calibrate(cluster.calibrate)
+                phases["calibrate_s"] = laps.lap()
             if error is None:
                 on_phase("starting nodes")
                 procs = {}
@@ -73,6 +77,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                     procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
                                                      {userscript.SPEC_ENV: session.spec_path})
                 error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster)
+                phases["nodes_s"] = laps.lap()
             status = "ok" if error is None else "failed"
     except Interrupted as e:
         error = f"interrupted by the user{_at_step(session.recorder if session else None, spec)}"
@@ -85,12 +90,13 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
         with _signals_ignored():
             stats = Session.read_counters(cluster.final_counters) if session is not None else None   # before teardown
             problems = cluster.down() if cluster is not None else state.undo()
+            phases["teardown_s"] = laps.lap()
             if problems:
                 error = (error + "; " if error else "") + "teardown left: " + "; ".join(problems)
                 status = "failed"
             if session is not None:
                 try:
-                    session.finish(status, error, stats)
+                    session.finish(status, error, stats, phases)
                 except results.StoreError:       # disk full, locked: keep the outcome for 'gctestbed clean'
                     state.objects = []
                     state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})

@@ -103,14 +103,17 @@ class Session:
         except Exception:  # noqa: BLE001 - best effort: the run's outcome matters more
             return None
 
-    def finish(self, status: str, error: str | None, qdisc_stats: dict | None) -> None:
-        """Store the qdisc statistics (read before teardown) and the run's outcome. StoreError
-        propagates: the caller keeps the outcome for 'gctestbed clean'."""
+    def finish(self, status: str, error: str | None, qdisc_stats: dict | None, phases: dict | None = None) -> None:
+        """Store the qdisc statistics (read before teardown), the seconds each phase of the run
+        took, and the run's outcome. StoreError propagates: the caller keeps the outcome for
+        'gctestbed clean'."""
         if self.recorder is None:
             return
-        if qdisc_stats is not None:
+        extra = {**({"qdisc_stats": qdisc_stats} if qdisc_stats is not None else {}),
+                 **({"phases": phases} if phases else {})}
+        if extra:
             with contextlib.suppress(results.StoreError):
-                self.recorder.update_environment(qdisc_stats=qdisc_stats)
+                self.recorder.update_environment(**extra)
         self.recorder.finish_run(status, error)
 
     def summary(self) -> results.RunSummary:

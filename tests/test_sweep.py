@@ -11,7 +11,7 @@ import pytest
 
 from gctestbed import results, sweep
 from gctestbed.spec import SpecError
-from helpers import SMALL, gctestbed, leftovers, start
+from helpers import SMALL, gctestbed, leftovers, show, start
 
 
 def _grid(tmp_path, **axes) -> sweep.Grid:
@@ -92,9 +92,22 @@ def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_p
     assert "interrupted" in statuses and "running" not in statuses
     interrupted_run = conn.execute("SELECT run_id FROM sweep_cells WHERE status='interrupted'").fetchone()["run_id"]
     assert leftovers(interrupted_run) == []
+    t0, started = time.monotonic(), time.time()
     proc = gctestbed(*args, timeout=600)
+    wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     rows = conn.execute("SELECT cell, repeat, status, run_id FROM sweep_cells").fetchall()
+    # each cell's wall time, split into its steps and the fixed cost around them, as the sweep printed it;
+    # the cells of this invocation together took less than the command did by the test's own clock
+    resumed = [show(tmp_path, r["run_id"]) for r in conn.execute("SELECT run_id FROM runs WHERE created_at > ?", (started,))]
+    assert resumed and sum(s["phases"]["total_s"] for s in resumed) < wall
+    for s in resumed:
+        p = s["phases"]
+        assert p["fixed_s"] > 0 and p["total_s"] == pytest.approx(p["steps_s"] + p["fixed_s"])
+        assert p["total_s"] > s["finished_at"] - s["created_at"]      # the store's own start and end lie within
+        assert f"fixed cost {p['fixed_s']:.1f} s" in proc.stderr
+    fixed = sorted(s["phases"]["fixed_s"] for s in resumed)
+    assert f"median {fixed[len(fixed) // 2]:.1f} s" in proc.stdout
     assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
     assert len({r["run_id"] for r in rows}) == 8
     # the interrupted attempt stays in the store as a failed run; every cell's run is complete

@@ -164,6 +164,11 @@ def print_summary(s: results.RunSummary) -> None:
     if s.latency_impl not in (None, "none"):
         rows.append(("delay made by", s.latency_impl))
     rows += _cpu_rows(s.cpu)
+    if s.phases:
+        p = s.phases
+        rows.append(("wall time", f"{p['total_s']:.1f} s: steps {p['steps_s']:.1f} s, calibration "
+                                  f"{p.get('calibrate_s', 0.0):.1f} s, fixed cost {p['fixed_s']:.1f} s (network "
+                                  f"{p['build_s']:.1f} s + {p['teardown_s']:.1f} s down, nodes start and stop)"))
     for c in s.calibration:
         rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
                      f"{fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {fmt(c['rtt_idle_s'], ' ms', 1e-3)}"

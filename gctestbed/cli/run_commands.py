@@ -140,11 +140,17 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_
         task = bar.add_task(name, total=len(cells), completed=len(cells) - len(left), info="")
 
         def started(cell):
-            p = cell.params
-            bar.update(task, info=f"{p['compressor']} @ {p['bw']} {p['mode']} (repeat {cell.repeat + 1})")
+            bar.update(task, info=_cell_label(cell))
+
+        fixed = []
 
         def done(cell, summary):
             bar.update(task, advance=1)
+            if summary.phases:
+                fixed.append(summary.phases["fixed_s"])
+                p = summary.phases
+                console.print(f"{escape(_cell_label(cell))}: {p['total_s']:.1f} s = steps {p['steps_s']:.1f} s + calibration "
+                              f"{p.get('calibrate_s', 0.0):.1f} s + fixed cost {p['fixed_s']:.1f} s")
             if summary.status != "ok":
                 console.print(f"cell {escape(cell.key)} failed: {escape(summary.error or '')}")
 
@@ -155,6 +161,15 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_
             sys.exit(130)
     click.echo(f"sweep {name}: {counts['ok']} ok, {counts['failed']} failed; "
                f"report with: gctestbed report {results_dir} --sweep {name}")
+    if fixed:
+        fixed.sort()
+        click.echo(f"fixed cost per cell (wall time beyond its steps and calibration): median {fixed[len(fixed) // 2]:.1f} s, "
+                   f"from {fixed[0]:.1f} to {fixed[-1]:.1f} s over {len(fixed)} cells")
+
+
+def _cell_label(cell) -> str:
+    p = cell.params
+    return f"{p['compressor']} @ {p['bw']} {p['mode']}, {p['nodes']} nodes (repeat {cell.repeat + 1})"
 
 
 @main.command()
