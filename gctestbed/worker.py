@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import faulthandler
 import hashlib
 import os
 import re
@@ -166,6 +167,7 @@ def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    faulthandler.enable()         # a node that aborts in C++ (Gloo, NCCL) leaves its Python stack in its log
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as f:
         spec = RunSpec.from_json(f.read())

@@ -46,9 +46,11 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, comm=comm,
                             results_dir=results_dir, calibrate=calibrate, accept_miss=accept_miss, backend=backend,
                             device=device, run_id=run_id or hosts.default_run_id(rdzv))
-    status = hosts.run_node(spec, rdzv, dev, shape=bool(bw), force=force)
+    status, error = hosts.run_node(spec, rdzv, dev, shape=bool(bw), force=force)
     click.echo(f"node of run {spec.run_id}: exited with {status}" + ("" if dev is None or not bw else f"; {dev} unshaped"))
-    sys.exit(0 if status == 0 else 1)
+    if error:
+        click.echo(f"gctestbed: node of run {spec.run_id} failed: {error}", err=True)
+    sys.exit(0 if status == 0 and error is None else 1)
 
 
 @main.command(name="compose")

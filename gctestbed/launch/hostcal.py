@@ -19,6 +19,7 @@ every host sees the same list and exits with ``MISSED`` before training.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import shutil
@@ -89,6 +90,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
 
 
 def main(argv: list[str]) -> None:
+    faulthandler.enable()         # an abort in C++ leaves the Python stack in the node's log
     spec_path, out = argv
     with open(spec_path) as f:
         spec = RunSpec.from_json(f.read())

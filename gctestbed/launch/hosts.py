@@ -60,10 +60,10 @@ def _wait(argv: list[str], env: dict, log: str) -> int:
             raise
 
 
-def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool) -> int:
+def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool) -> tuple[int, str | None]:
     """Shape ``dev`` (if asked), calibrate the hosts' paths (when shaped) and run the worker in one
     torchrun job, unshape; returns the exit status (torchrun's: hostcal.MISSED when calibration
-    stopped the run).
+    stopped the run) and what went wrong, as stored with the run.
     The run's records are a Session's, as for every launcher; hosts sharing one store start the
     run once."""
     ifname = dev or "eth0"
@@ -106,4 +106,4 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
             session.close()
             if shaped:
                 nic.unshape(dev, state_dir())
-    return status
+    return status, error
