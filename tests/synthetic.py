@@ -26,37 +26,38 @@ def true_step(method: str, bw: float, mode: str, nodes: int = 2) -> tuple[float,
     p = nodes
     tx = 2 * (p - 1) / p * (payload - gathered) + (p - 1) * gathered
     comm = (reduce_calls * 2 + gather_calls) * (p - 1) * ALPHA_S + tx * 8 / (bw * ETA)
+    dec = dec * p / 2 if gathered else dec             # a gathering method decodes every node's payload
     if mode == "serial":
         return COMPUTE_S + comm + enc + dec + OPTIM_S, comm, tx
     return max(LAMBDA * COMPUTE_S, comm / 2) + comm / 2 + enc + dec + OPTIM_S, comm, tx
 
 
 def fill(results_dir: str, sweep: str = "synthetic", steps: int = 4, methods=("none", "fp16", "twobit"),
-         bws=BWS, modes=("overlap", "serial"), loss_of=lambda method, step: 2.3 - 0.1 * step) -> int:
-    """Write one finished run per (method, bw, mode) and mark it a sweep cell; returns the count."""
+         bws=BWS, modes=("overlap", "serial"), loss_of=lambda method, step: 2.3 - 0.1 * step, nodes=(2,)) -> int:
+    """Write one finished run per (nodes, method, bw, mode) and mark it a sweep cell; returns the count."""
     count = 0
-    for method in methods:
-        for bw in bws:
-            for mode in modes:
-                spec = RunSpec(nodes=2, link=LinkSpec(bw_bps=int(bw)), compressor=method, workload="mlp",
-                               steps=steps, batch_size=32, mode=mode, results_dir=results_dir, run_id=f"{method}{int(bw)}{mode}")
-                rec = results.Recorder(results_dir, spec.run_id)
-                rec.start_run(spec, {})
-                step_s, comm_s, tx = true_step(method, bw, mode)
-                payload, gathered, reduce_calls, gather_calls, enc, dec = METHODS[method]
-                compute = COMPUTE_S if mode == "serial" else step_s - OPTIM_S
-                for step in range(steps):
-                    for rank in range(2):
-                        rec.step(rank, step, step_s=step_s, compute_s=compute, optim_s=OPTIM_S, comm_s=comm_s,
-                                 encode_s=enc, decode_s=dec, loss=loss_of(method, step), payload_bytes=payload,
-                                 gather_bytes=gathered, expected_tx_bytes=round(tx), reduce_calls=reduce_calls,
-                                 gather_calls=gather_calls, buckets=2, tail_tx_bytes=round(tx / 2))
-                rec.finish_run("ok")
-                params = {"workload": "mlp", "batch_size": "32", "nodes": "2", "latency": "0", "bw": str(int(bw)) + "bit",
-                          "compressor": method, "mode": mode}
-                results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), 0, "ok", spec.run_id)
-                rec.close()
-                count += 1
+    for method, n, bw, mode in ((m, n, b, d) for n in nodes for m in methods for b in bws for d in modes):
+        spec = RunSpec(nodes=n, link=LinkSpec(bw_bps=int(bw)), compressor=method, workload="mlp",
+                       steps=steps, batch_size=32, mode=mode, results_dir=results_dir,
+                       run_id=(f"n{n}-" if n != 2 else "") + f"{method}{int(bw)}{mode}")
+        rec = results.Recorder(results_dir, spec.run_id)
+        rec.start_run(spec, {})
+        step_s, comm_s, tx = true_step(method, bw, mode, n)
+        payload, gathered, reduce_calls, gather_calls, enc, dec = METHODS[method]
+        dec = dec * n / 2 if gathered else dec
+        compute = COMPUTE_S if mode == "serial" else step_s - OPTIM_S
+        for step in range(steps):
+            for rank in range(n):
+                rec.step(rank, step, step_s=step_s, compute_s=compute, optim_s=OPTIM_S, comm_s=comm_s,
+                         encode_s=enc, decode_s=dec, loss=loss_of(method, step), payload_bytes=payload,
+                         gather_bytes=gathered, expected_tx_bytes=round(tx), reduce_calls=reduce_calls,
+                         gather_calls=gather_calls, buckets=2, tail_tx_bytes=round(tx / 2))
+        rec.finish_run("ok")
+        params = {"workload": "mlp", "batch_size": "32", "nodes": str(n), "latency": "0", "bw": str(int(bw)) + "bit",
+                  "compressor": method, "mode": mode}
+        results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), 0, "ok", spec.run_id)
+        rec.close()
+        count += 1
     return count
 
 

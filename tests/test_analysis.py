@@ -81,6 +81,28 @@ def test_projection_is_labelled_and_follows_the_ring_formulas(tmp_path):
     assert "MODEL OUTPUT" in report.analyse(rows)["projection"]["label"]
 
 
+def test_the_model_fitted_on_two_node_counts_predicts_the_others(tmp_path):
+    """Cells made up by the model's own formulas at 2..16 nodes (synthetic.true_step): fitted on
+    2 and 4 nodes only, every 8- and 16-node cell is predicted within a percent, twobit's growing
+    all-gather and decode included; the measured speedups by node count show twobit's advantage
+    shrink as nodes grow while fp16's does not."""
+    synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
+    held = model.held_out(cells.load(str(tmp_path)), {2, 4})
+    assert held["fit_nodes"] == [2, 4] and set(held["by_nodes"]) == {8, 16}
+    assert all(v["cells"] == 12 and v["median_abs_error"] < 0.01 for v in held["by_nodes"].values()), held["by_nodes"]
+    assert max(abs(c["error"]) for c in held["cells"]) < 0.01 and {c["from_nodes"] for c in held["cells"]} == {4}
+    two = held["measured_speedup"]["twobit @ 30 Mbit/s"]
+    assert two[16] < two[8] < two[4] < two[2]
+    fp16 = held["measured_speedup"]["fp16 @ 30 Mbit/s"]
+    assert fp16[16] > 0.9 * fp16[2]
+    proc = gctestbed("report", str(tmp_path), "--fit-nodes", "2,4", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert "tested on other node counts: 8 nodes" in proc.stdout
+    assert "The model where it was not fitted" in (tmp_path / "r" / "report.html").read_text()
+    bad = gctestbed("report", str(tmp_path), "--fit-nodes", "2,4,8,16")
+    assert bad.returncode == 2 and "leaving others to test on" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_convergence_flag_when_faster_but_worse(tmp_path):
     synthetic.fill(str(tmp_path), loss_of=lambda method, step: 2.3 - (0.02 if method == "twobit" else 0.1) * step)
     curves = breakeven.curves(cells.load(str(tmp_path)))

@@ -275,9 +275,9 @@ def _serial_deltas(r: Row, ph: Phases, comm_s: float) -> list[str]:
 
 # ---- projection beyond this machine (model output, never a measurement) ----
 
-def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit") -> float:
-    """Row ``r``'s step time predicted for ``p`` nodes at ``bw``: bytes and messages follow the
-    ring formulas for p; a gathering method decodes p payloads instead of r.nodes."""
+def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", mode: str = "overlap") -> float:
+    """Row ``r``'s step time predicted for ``p`` nodes at ``bw`` in ``mode``: bytes and messages
+    follow the ring formulas for p; a gathering method decodes p payloads instead of r.nodes."""
     p0 = r.nodes
     reduce_bytes = (r.payload_bytes or 0) - (r.gather_bytes or 0)
     ring0 = 2 * (p0 - 1) / p0 * reduce_bytes
@@ -287,7 +287,50 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit") -
     whole = comm_time(tx, n, bw, latency_s, f.alpha_s, f.eta)
     share = (r.tail_tx_bytes or 0) / r.expected_tx_bytes if r.expected_tx_bytes else 1.0
     scaled = Phases(ph.compute, ph.optim, ph.encode, ph.decode * (p / p0 if r.gather_calls else 1.0))
-    return step_time(scaled, whole, whole * share, "overlap", f.lam, f.variant)
+    return step_time(scaled, whole, whole * share, mode, f.lam, f.variant)
+
+
+def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dict | None:
+    """The model where it was not fitted: λ, α, η and every phase fitted on the cells of
+    ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
+    them (same workload, batch, latency, method and mode; the same bandwidth where there is one,
+    the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
+    a gathering method's decode scaled with the nodes. Per node count: the median absolute error
+    and each cell's. Also the measured speedup over none by node count, so whether a method's
+    advantage shrinks as nodes grow is seen measured, not only projected. None when the fitted
+    node counts have no serial none cells to fit on."""
+    train = [r for r in rows if r.nodes in fit_nodes]
+    f = fit(train, variant)
+    if f is None:
+        return None
+    ph = phases(train)
+    cells_out, by_nodes = [], {}
+    for r in rows:
+        if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s:
+            continue
+        twins = [t for t in train if (t.workload, t.batch_size, t.latency_s, t.compressor, t.mode, t.comm) ==
+                 (r.workload, r.batch_size, r.latency_s, r.compressor, r.mode, "allreduce")
+                 and t.nodes > 1 and t.expected_tx_bytes and (*_setting(t), t.compressor) in ph]
+        if not twins:
+            continue
+        twin = max(twins, key=lambda t: (t.bw_bps == r.bw_bps, t.nodes, -abs(math.log(t.bw_bps / r.bw_bps))))
+        predicted = _scaled(twin, ph[(*_setting(twin), twin.compressor)], r.nodes, r.bw_bps, r.latency_s, f, r.mode)
+        cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,
+                "measured_s": r.step_s, "predicted_s": predicted, "error": predicted / r.step_s - 1,
+                "from_nodes": twin.nodes}
+        cells_out.append(cell)
+        by_nodes.setdefault(r.nodes, []).append(abs(cell["error"]))
+    speedups: dict[str, dict[int, float]] = {}
+    for r in rows:
+        none = [b for b in rows if b.compressor == BASELINE and (b.workload, b.batch_size, b.latency_s, b.nodes, b.bw_bps,
+                                                                  b.mode, b.comm) ==
+                (r.workload, r.batch_size, r.latency_s, r.nodes, r.bw_bps, r.mode, r.comm)]
+        if r.compressor != BASELINE and r.mode == "overlap" and none and r.step_s:
+            key = f"{r.compressor} @ {r.bw_bps / 1e6:g} Mbit/s"
+            speedups.setdefault(key, {})[r.nodes] = none[0].step_s / r.step_s
+    return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta,
+            "by_nodes": {p: {"median_abs_error": statistics.median(e), "cells": len(e)} for p, e in sorted(by_nodes.items())},
+            "cells": cells_out, "measured_speedup": speedups}
 
 
 def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) -> list[dict]:

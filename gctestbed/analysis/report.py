@@ -43,8 +43,10 @@ def _slug(text: str) -> str:
 
 
 def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None = None, baseline: str = "none",
-            target_accuracy: float | None = None, target_loss: float | None = None) -> dict:
-    """Everything the report shows, as data; ``curves`` and ``fits`` when the caller has them."""
+            target_accuracy: float | None = None, target_loss: float | None = None,
+            fit_nodes: set[int] | None = None) -> dict:
+    """Everything the report shows, as data; ``curves`` and ``fits`` when the caller has them;
+    with ``fit_nodes``, the model fitted on those node counts only and tested on the others."""
     curves = breakeven.curves(rows, baseline) if curves is None else curves
     fits = {v: model.fit(rows, v) for v in model.VARIANTS} if fits is None else fits
     main = fits["tail"]
@@ -64,6 +66,7 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
                  for g, b in best.items()},
         "model": {},
         "projection": None,
+        "held_out": model.held_out(rows, fit_nodes) if fit_nodes else None,
     }
     for t in out["time_to_accuracy"]:
         for b in t["break_even"]:
@@ -87,19 +90,26 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
 
 
 def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = "none",
-          target_accuracy: float | None = None, target_loss: float | None = None) -> dict:
+          target_accuracy: float | None = None, target_loss: float | None = None,
+          fit_nodes: set[int] | None = None) -> dict:
     """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``;
-    speedups and break-even against ``baseline`` (none, fp16 or bf16)."""
+    speedups and break-even against ``baseline`` (none, fp16 or bf16); with ``fit_nodes``, the
+    model's error on the node counts it was not fitted on."""
     rows = cells.load(results_dir, sweep)
     if not rows:
         raise UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
+    if fit_nodes:
+        have = {r.nodes for r in rows}
+        if not fit_nodes < have:
+            raise UserError(f"--fit-nodes {','.join(map(str, sorted(fit_nodes)))} must be some of the node counts the "
+                            f"cells ran ({', '.join(map(str, sorted(have)))}), leaving others to test on.")
     if baseline != "none" and not any(r.compressor == baseline for r in rows):
         raise UserError(f"no cell of {results_dir} ran the baseline '{baseline}': sweep it too "
                         f"(--compressor '{baseline};...') or choose another --baseline.")
     os.makedirs(out, exist_ok=True)
     curves = breakeven.curves(rows, baseline)
     fits = {v: model.fit(rows, v) for v in model.VARIANTS}
-    report = analyse(rows, curves, fits, baseline, target_accuracy, target_loss)
+    report = analyse(rows, curves, fits, baseline, target_accuracy, target_loss, fit_nodes)
     report["results_dir"], report["sweep"] = os.path.abspath(results_dir), sweep
     pictures = []
     for g in sorted({r.group for r in rows}, key=str):
@@ -123,6 +133,11 @@ def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = 
     with open(os.path.join(out, "report.html"), "w") as f:
         f.write(render_html(report))
     return report
+
+
+def held_out_label(held: dict) -> str:
+    return (f"{', '.join(map(str, held['fit_nodes']))} nodes (λ {held['lambda']:.3f}, α {held['alpha_s'] * 1e6:.0f} µs, "
+            f"η {held['eta']:.3f})")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -172,6 +187,18 @@ def render_html(report: dict) -> str:
                 ["setting", "method", "bandwidth", "measured", "model", "error", "why"],
                 [[x["group"], x["compressor"], fmt_bw(x["bw_bps"]), f"{x['measured_s'] * 1e3:.1f} ms",
                   f"{x['predicted_s'] * 1e3:.1f} ms", f"{x['error']:+.0%}", x["why"]] for x in m["misses"]]))
+    held = report.get("held_out")
+    if held:
+        parts.append(f"<h2>The model where it was not fitted</h2><p>Fitted on {held_out_label(held)}; each cell of "
+                     "another node count predicted from its twin among those (bytes and messages by the ring "
+                     "formulas).</p>" + _table(
+                         ["nodes", "cells", "median |error|"],
+                         [[p, v["cells"], pct(v["median_abs_error"])] for p, v in held["by_nodes"].items()]))
+        counts = sorted({p for v in held["measured_speedup"].values() for p in v})
+        if counts:
+            parts.append("<p>Measured speedup over none by node count (overlap):</p>" + _table(
+                ["method"] + [f"{p} nodes" for p in counts],
+                [[k] + [f"{v[p]:.2f}x" if p in v else "-" for p in counts] for k, v in held["measured_speedup"].items()]))
     proj = report.get("projection")
     if proj and proj["rows"]:
         most = proj["nodes"][-1]

@@ -237,6 +237,13 @@ def print_report(r: dict) -> None:
         terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
                        f"median |error| {report_.pct(m['median_abs_error'])} over {m['predicted_cells']} predicted cells, "
                        f"{len(m['misses'])} off by more than 10 % (each with its reason in report.html)")
+    held = r.get("held_out")
+    if held:
+        terminal.print(f"model fitted on {report_.held_out_label(held)}, tested on other node counts: " + ", ".join(
+            f"{p} nodes {report_.pct(v['median_abs_error'])} median |error| over {v['cells']} cells"
+            for p, v in held["by_nodes"].items()))
+        for method, by in held["measured_speedup"].items():
+            terminal.print(f"  measured speedup over none, {method}: " + ", ".join(f"{p} nodes {x:.2f}x" for p, x in sorted(by.items())))
     if r["projection"] and r["projection"]["rows"]:
         proj = r["projection"]
         table = Table(title=f"projected break-even bandwidth: {proj['label']}")

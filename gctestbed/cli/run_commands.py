@@ -183,13 +183,19 @@ def _cell_label(cell) -> str:
 @click.option("--target-accuracy", type=float, default=None,
               help="Time to accuracy: until the held-out accuracy reaches this (default: 99 %% of the baseline's final).")
 @click.option("--target-loss", type=float, default=None, help="Time to accuracy by held-out loss instead.")
+@click.option("--fit-nodes", default=None, metavar="N,N",
+              help="Fit the model on these node counts only and report its error on the others (e.g. 2,4).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the tables.")
-def report(results_dir, out, sweep_name, baseline, target_accuracy, target_loss, as_json):
+def report(results_dir, out, sweep_name, baseline, target_accuracy, target_loss, fit_nodes, as_json):
     """Break-even bandwidths, time to accuracy, the fitted performance model and pictures from a results store."""
     from ..analysis import report as report_
     out = out or os.path.join(results_dir, "report")
+    try:
+        fit_on = {int(v) for v in fit_nodes.split(",") if v.strip()} if fit_nodes else None
+    except ValueError:
+        raise SpecError(f"--fit-nodes takes node counts separated by commas, e.g. 2,4; got '{fit_nodes}'.") from None
     with console.status("analysing and drawing"):
-        r = report_.build(results_dir, out, sweep_name, baseline, target_accuracy, target_loss)
+        r = report_.build(results_dir, out, sweep_name, baseline, target_accuracy, target_loss, fit_on)
     if as_json:
         click.echo(json.dumps(r, indent=2, default=str))
         return
