@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from datetime import timedelta
+from typing import NoReturn
 
 import psutil
 import torch
@@ -150,20 +151,36 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     finish(spec, recorder, rank, world)
 
 
-def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> None:
+def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> NoReturn:
     """The node's CPU time against its wall time (so contention for cores shows); hosts with
-    stores of their own send every row to rank 0's; then the process group ends."""
+    stores of their own send every row to rank 0's; then every rank meets once more and the
+    process ends at once, its store closed and its output flushed.
+
+    Not by destroying the process group and returning: a Gloo work of the last collective may
+    still be releasing its Python tensors in one of Gloo's threads. Destroying the group joins
+    those threads while holding the GIL the thread waits for (a hang), and interpreter shutdown
+    ends the thread inside C++ (SIGABRT, "terminate called without an active exception"); both
+    were seen here on finished nodes (pytorch/pytorch#56297, #190489). After the last barrier
+    every rank has all it needs from the others, so nothing is lost by leaving at once."""
     me = psutil.Process()
     cpu = me.cpu_times()
-    recorder.node(rank, cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system,
-                  wall_s=time.time() - me.create_time())
+    recorder.node(rank, role="server" if rank >= spec.nodes else "worker", wall_s=time.time() - me.create_time(),
+                  cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system)
     if os.environ.get(GATHER_ENV) == "1" and world > 1:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)
         if rank == 0:
             results.import_rows(recorder.conn, [g for g in gathered if g])
     recorder.close()
-    dist.destroy_process_group()
+    leave(0)
+
+
+def leave(code: int) -> NoReturn:
+    """Meet every rank once more, then end this process with ``code`` at once (see finish)."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

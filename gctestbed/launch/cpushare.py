@@ -19,7 +19,7 @@ from ..spec import UserError
 
 V1_ROOT = "/sys/fs/cgroup/cpu"
 V2_ROOT = "/sys/fs/cgroup"
-PERIOD_US = 100_000          # CFS's default period: a 0.5-CPU node runs at most 50 ms of every 100 ms
+MIN_PERIOD_US, MIN_QUOTA_US = 10_000, 2_000   # short periods: a node's share comes in slices of ms, not of 100 ms
 PREFIX = "gctestbed-"
 
 
@@ -51,15 +51,23 @@ def create(name: str, cpus: float) -> str:
     version, root = check()
     path = os.path.join(root, PREFIX + name)
     os.makedirs(path, exist_ok=True)
-    quota = max(1000, round(cpus * PERIOD_US))           # the kernel's floor is 1 ms
+    period, quota = period_quota(cpus)
     if version == "v1":
-        _write(path, "cpu.cfs_period_us", PERIOD_US)
+        _write(path, "cpu.cfs_period_us", period)
         _write(path, "cpu.cfs_quota_us", quota)
     else:
         with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
             f.write("+cpu")
-        _write(path, "cpu.max", f"{quota} {PERIOD_US}")
+        _write(path, "cpu.max", f"{quota} {period}")
     return path
+
+
+def period_quota(cpus: float) -> tuple[int, int]:
+    """CFS period and quota (µs) for ``cpus`` CPUs. CFS's default period of 100 ms would let a
+    0.06-CPU node run 6 ms and then stall 94 ms, so step times would come in 100 ms steps; the
+    period here is the shortest (10 ms and up) that leaves a quota of at least 2 ms."""
+    period = max(MIN_PERIOD_US, round(MIN_QUOTA_US / cpus))
+    return period, round(cpus * period)
 
 
 def join(path: str) -> None:

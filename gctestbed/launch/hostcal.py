@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import json
 import os
 import shutil
 import sys
@@ -31,6 +30,7 @@ import torch.distributed as dist
 from .. import worker
 from ..net import calibrate, measure, nic
 from ..spec import RunSpec
+from ..timing import Laps
 
 SECONDS, WARMUP_S = 1.5, 1.0
 PORT = calibrate.IPERF_PORT + 1
@@ -97,16 +97,15 @@ def main(argv: list[str]) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ifname = os.environ.get("GCTESTBED_IFNAME", "eth0")
     dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timedelta(seconds=spec.timeout_s))
+    laps = Laps()
     try:
         paths = measure_ring(spec, rank, world, ifname, None if spec.backend == "gloo" else dist.new_group(backend="gloo"))
     except BaseException:
         dist.destroy_process_group()
         raise
-    with open(out, "w") as f:
-        json.dump([p.to_dict() for p in paths], f)
+    calibrate.save(out, paths, laps.lap())
     if any(p.miss for p in paths) and not spec.accept_miss:
-        dist.destroy_process_group()
-        sys.exit(MISSED)
+        worker.leave(MISSED)
     worker.main([spec_path])
 
 

@@ -20,6 +20,7 @@ import psutil
 from ..net import calibrate, nic
 from ..session import Session, resolve
 from ..spec import Direction, RunSpec
+from ..timing import Laps
 from .nodeenv import node_environment
 from .state import state_dir
 
@@ -76,23 +77,29 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
     me = f"{os.uname().nodename}-{nic.address(ifname) or os.getpid()}"
     shaped = False
     status, error = 1, None
+    laps, phases = Laps(), {}      # as a netns run's, but teardown (unshaping) comes after the store is written
     try:
         if shape and dev:
             link = spec.link
             nic.shape(dev, Direction(link.bw_bps, link.latency_s, link.jitter_s, link.loss_pct), state_dir(), force)
             shaped = True
         session.start("hosts", nic.describe(ifname), rdzv=rdzv, dev=dev)
+        phases["build_s"] = laps.lap()
         log = session.log_path(f"node-{me}")
         if shaped and spec.calibrate and spec.world > 1:        # one job: calibration, then training
             out = os.path.join(session.run_dir, f"calibration-{me}.json")
             status = _wait(_torchrun(spec, rdzv, ifname, "gctestbed.launch.hostcal",
                                      [session.spec_path, out]), env, log)
+            phases["nodes_s"] = laps.lap()
             if os.path.exists(out):
                 error = session.calibrate(lambda: calibrate.load(out))
+                phases["calibrate_s"] = calibrate.load_seconds(out)
+                phases["nodes_s"] -= phases["calibrate_s"]
             elif status != 0:
                 error = f"calibrating the hosts' paths failed on {os.uname().nodename} (torchrun exited with {status}; see {log})"
         else:
             status = _wait(_torchrun(spec, rdzv, ifname, "gctestbed.worker", [session.spec_path]), env, log)
+            phases["nodes_s"] = laps.lap()
         if error is None and status != 0:
             error = f"torchrun on {os.uname().nodename} exited with {status}"
     except BaseException as e:
@@ -100,8 +107,9 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
         raise
     finally:
         try:
+            phases["teardown_s"] = 0.0
             session.finish("ok" if status == 0 and error is None else "failed", error,
-                           Session.read_counters(lambda: nic.describe(ifname)))         # before unshaping
+                           Session.read_counters(lambda: nic.describe(ifname)), phases)         # before unshaping
         finally:
             session.close()
             if shaped:

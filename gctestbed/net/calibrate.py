@@ -55,12 +55,24 @@ class PathResult:
         return {**asdict(self), "rate_error": self.rate_error, "miss": self.miss}
 
 
+def save(path: str, paths: list[PathResult], seconds: float) -> None:
+    """The hosts' measured paths, and how long measuring them took (launch/hostcal.py)."""
+    with open(path, "w") as f:
+        json.dump({"paths": [p.to_dict() for p in paths], "seconds": seconds}, f)
+
+
 def load(path: str) -> list[PathResult]:
-    """Paths written as to_dict() rows (launch/hostcal.py)."""
+    """The paths ``save`` wrote."""
     with open(path) as f:
-        rows = json.load(f)
+        rows = json.load(f)["paths"]
     names = [f.name for f in fields(PathResult)]
     return [PathResult(**{k: row[k] for k in names}) for row in rows]
+
+
+def load_seconds(path: str) -> float:
+    """How long the measurement ``save`` wrote took."""
+    with open(path) as f:
+        return json.load(f)["seconds"]
 
 
 def pairs(n: int) -> list[tuple[int, int]]:
