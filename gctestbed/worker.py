@@ -13,6 +13,7 @@ import faulthandler
 import hashlib
 import os
 import re
+import resource
 import sys
 import time
 from datetime import timedelta
@@ -159,13 +160,15 @@ def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> NoReturn
     Not by destroying the process group and returning: a Gloo work of the last collective may
     still be releasing its Python tensors in one of Gloo's threads. Destroying the group joins
     those threads while holding the GIL the thread waits for (a hang), and interpreter shutdown
-    ends the thread inside C++ (SIGABRT, "terminate called without an active exception"); both
-    were seen here on finished nodes (pytorch/pytorch#56297, #190489). After the last barrier
-    every rank has all it needs from the others, so nothing is lost by leaving at once."""
+    ends the thread inside C++ (SIGABRT, "terminate called without an active exception";
+    pytorch/pytorch#56297, #190489). The abort was caught here in a core dump of a finished
+    two-host run; in CI the same run's other host then hung. After the last barrier every rank
+    has all it needs from the others, so nothing is lost by leaving at once."""
     me = psutil.Process()
     cpu = me.cpu_times()
     recorder.node(rank, role="server" if rank >= spec.nodes else "worker", wall_s=time.time() - me.create_time(),
-                  cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system)
+                  cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system,
+                  rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, pss_bytes=me.memory_full_info().pss)
     if os.environ.get(GATHER_ENV) == "1" and world > 1:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)

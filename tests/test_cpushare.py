@@ -58,7 +58,7 @@ def test_show_says_when_more_nodes_than_cores_ran_uncapped():
 
 @needs_cgroup
 def test_a_group_holds_its_quota_and_goes_away():
-    path = cpushare.create("gct-unit-n0", 0.25)
+    path = cpushare.create(cpushare.path_of("gct-unit-n0"), 0.25)
     try:
         assert cpushare.quota(path) == pytest.approx(0.25)
         assert cpushare.existing("gct-unit-") == [path]

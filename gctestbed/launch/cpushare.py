@@ -46,10 +46,14 @@ def check() -> tuple[str, str]:
     return found
 
 
-def create(name: str, cpus: float) -> str:
-    """A cgroup ``gctestbed-<name>`` holding its members to ``cpus`` CPUs; its path."""
+def path_of(name: str) -> str:
+    """Where the group of node ``name`` lives (to be in the ledger before it exists)."""
+    return os.path.join(check()[1], PREFIX + name)
+
+
+def create(path: str, cpus: float) -> str:
+    """The cgroup at ``path`` (``path_of``), holding its members to ``cpus`` CPUs; its path."""
     version, root = check()
-    path = os.path.join(root, PREFIX + name)
     os.makedirs(path, exist_ok=True)
     period, quota = period_quota(cpus)
     if version == "v1":

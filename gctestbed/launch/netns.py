@@ -46,9 +46,9 @@ class NetnsCluster:
         nodes = self.shaped.build()
         if self.spec.cpus_per_node:
             for node in nodes:
-                path = os.path.join(cpushare.check()[1], cpushare.PREFIX + node.name)
+                path = cpushare.path_of(node.name)
                 self.state.add("cgroup", name=path)
-                self.cgroups[node.rank] = cpushare.create(node.name, self.spec.cpus_per_node)
+                self.cgroups[node.rank] = cpushare.create(path, self.spec.cpus_per_node)
         return nodes
 
     def calibrate(self):
