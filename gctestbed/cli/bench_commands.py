@@ -14,7 +14,7 @@ from .. import compress
 from ..spec import SpecError, parse_duration, parse_rate
 
 from . import console, main
-from .render import bench_kernels_table, bench_net_table, bench_report, convergence_table, soak_table
+from .render import bench_kernels_table, bench_net_table, bench_report, convergence_table, scale_table, soak_table
 
 
 @main.group()
@@ -34,6 +34,28 @@ def bench_net(as_json, seconds, rates, latencies):
     latency_list = [parse_duration(t) for t in latencies.split(",")]
     bench_report("bench net", lambda phase: bench_net_.run(rate_list, latency_list, seconds, phase),
                   bench_net_table, as_json)
+
+
+@bench.command(name="scale")
+@click.option("--nodes", default="2,4,8,16,32,64", show_default=True, help="Node counts, comma-separated.")
+@click.option("--bw", default="1gbit", show_default=True, help="Every link's rate.")
+@click.option("--steps", default=5, show_default=True, help="Training steps per run.")
+@click.option("--cpus-per-node", default="0", show_default=True, metavar="X",
+              help="Hold every node to X CPUs (see run); 0: the nodes share the host's cores freely.")
+@click.option("--workload", default=None, help="The job (default: a 340 kB mlp, so the bench times gctestbed itself).")
+@click.option("--results", "results_dir", default="results/scale", show_default=True, help="Results directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def bench_scale(nodes, bw, steps, cpus_per_node, workload, results_dir, as_json):
+    """One small run on each node count: fixed cost, memory per node, step time, bus bandwidth."""
+    from ..bench import scale as scale_
+    try:
+        counts = [int(v) for v in nodes.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"--nodes takes node counts separated by commas, e.g. 2,4,8; got '{nodes}'.") from None
+    report = bench_report("bench scale", lambda phase: scale_.run(counts, bw, steps, cpus_per_node, workload or scale_.WORKLOAD,
+                                                                  results_dir, phase), scale_table, as_json, width=150)
+    if any(r["status"] != "ok" for r in report["rows"]):
+        sys.exit(1)
 
 
 @bench.command(name="soak")

@@ -72,6 +72,28 @@ def soak_table(report: dict) -> Table:
     return table
 
 
+def scale_table(report: dict) -> Table:
+    m = report["machine"]
+    cap = f"{report['cpus_per_node']:g} CPUs per node" if report["cpus_per_node"] else "no CPU cap"
+    table = Table(title=f"bench scale on {m['cpus']} x {m['cpu']}: {report['workload']}, {report['bw']}, "
+                        f"{report['steps']} steps, {cap}",
+                  caption="fixed cost: the run's wall time beyond its steps (network up and down, interpreters, torch "
+                          "and the process group started on every node, evaluation); memory: per node, median")
+    for col in ("nodes", "run", "wall", "fixed cost", "network up / down", "PSS per node", "peak RSS per node",
+                "median step", "bus bandwidth", "of link"):
+        table.add_column(col, justify="right")
+    for r in report["rows"]:
+        if r["status"] != "ok":
+            table.add_row(str(r["nodes"]), r["run_id"], fmt(r["wall_s"], " s"), escape(f"FAILED: {r['error'] or ''}"[:200]),
+                          "", "", "", "", "", "")
+            continue
+        table.add_row(str(r["nodes"]), r["run_id"], fmt(r["wall_s"], " s"), fmt(r["fixed_s"], " s"),
+                      f"{fmt(r['build_s'], ' s')} / {fmt(r['teardown_s'], ' s')}", fmt(r["pss_bytes"], " MB", 1e6),
+                      fmt(r["rss_bytes"], " MB", 1e6), fmt(r["median_step_s"], " s"), fmt(r["busbw_bps"], " Mbit/s", 1e6),
+                      fmt(r["busbw_fraction"] * 100 if r["busbw_fraction"] else None, " %"))
+    return table
+
+
 def bench_kernels_table(report: dict) -> Table:
     table = Table(title=f"kernels on {report['machine']} ({report['device']}, {report['threads']} threads), "
                         f"{report['size']:,} elements; copy {report['copy_gbps']:.1f} GB/s (median of the rows' own)")
