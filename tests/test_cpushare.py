@@ -49,7 +49,7 @@ def test_a_sweep_gives_every_cell_the_share_and_names_itself_apart():
 
 def test_show_says_when_more_nodes_than_cores_ran_uncapped():
     spec = flags.build_spec(nodes="4")
-    nodes = [{"rank": r, "cpu_s": 2.0, "wall_s": 8.0} for r in range(4)]
+    nodes = [{"rank": r, "cpu_s": 2.0, "wall_s": 8.0, "rss_bytes": None, "pss_bytes": None} for r in range(4)]
     cpu = results._cpu(spec, nodes, {"cpus": 2})
     assert cpu["contended"] and [n["cpu_share"] for n in cpu["nodes"]] == [0.25] * 4
     assert not results._cpu(spec.replace(cpus_per_node=0.5), nodes, {"cpus": 2})["contended"]
