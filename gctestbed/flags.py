@@ -94,6 +94,14 @@ def resolve_workload(text: str) -> tuple[str, dict]:
         raise SpecError(f"{e.args[0]}.") from None
 
 
+def node_counts(flag: str, text: str) -> list[int]:
+    """``2,4,8`` -> [2, 4, 8], or one sentence naming the flag."""
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"{flag} takes node counts separated by commas, e.g. 2,4,8; got '{text}'.") from None
+
+
 def _int(flag: str, text: str) -> int:
     try:
         return int(str(text).strip())

@@ -705,7 +705,8 @@ def _phases(env: dict, rows: list) -> dict[str, Any] | None:
     calibrating, the nodes from start to exit, teardown), rank 0's steps summed (``steps_s``),
     and the fixed cost: the run's wall time beyond its own steps and calibration (``fixed_s``:
     starting interpreters and process groups, evaluation, building and removing the network).
-    None for runs that did not time them (hosts, older stores)."""
+    None for runs stored before runs timed them. ``gctestbed node`` runs are timed on rank 0's
+    host, with teardown (unshaping, after the store's last write) as 0."""
     phases = env.get("phases")
     if not phases:
         return None

@@ -96,7 +96,6 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     if rank >= spec.nodes:              # a parameter server
         server.serve(spec, rank, recorder, lambda: nic_bytes(ifname))
         finish(spec, recorder, rank, world)
-        return
     work = workloads.build(spec.workload, spec.workload_options, spec.seed, rank, spec.batch_size, spec.nodes)
     serial = spec.mode == "serial"
     device = torch.device("cpu")

@@ -24,7 +24,7 @@ WORKLOAD = "mlp:width=256,depth=2,input_dim=64"     # 85,002 parameters: 340 kB 
 def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workload: str, results_dir: str,
         phase: Callable[[str], None] = lambda text: None) -> dict:
     """One run per node count (no calibration: the bench times gctestbed, not the links)."""
-    rows = []
+    rows, cpus = [], flags.build_spec(cpus_per_node=cpus_per_node).cpus_per_node
     for n in node_counts:
         spec = flags.build_spec(nodes=str(n), bw=bw, steps=str(steps), workload=workload, calibrate=False,
                                 cpus_per_node=cpus_per_node, results_dir=results_dir)
@@ -34,7 +34,7 @@ def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workloa
         summary = runner.run(spec)
         rows.append(_row(n, summary, time.monotonic() - t0, free))
     return {"machine": environment(), "bw": bw, "steps": steps, "workload": workload,
-            "cpus_per_node": spec.cpus_per_node, "results_dir": results_dir, "rows": rows}
+            "cpus_per_node": cpus, "results_dir": results_dir, "rows": rows}
 
 
 def _row(n: int, s, wall_s: float, free_before: int) -> dict:

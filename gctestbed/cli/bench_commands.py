@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import compress
+from .. import compress, flags
 from ..spec import SpecError, parse_duration, parse_rate
 
 from . import console, main
@@ -48,10 +48,7 @@ def bench_net(as_json, seconds, rates, latencies):
 def bench_scale(nodes, bw, steps, cpus_per_node, workload, results_dir, as_json):
     """One small run on each node count: fixed cost, memory per node, step time, bus bandwidth."""
     from ..bench import scale as scale_
-    try:
-        counts = [int(v) for v in nodes.split(",") if v.strip()]
-    except ValueError:
-        raise SpecError(f"--nodes takes node counts separated by commas, e.g. 2,4,8; got '{nodes}'.") from None
+    counts = flags.node_counts("--nodes", nodes)
     report = bench_report("bench scale", lambda phase: scale_.run(counts, bw, steps, cpus_per_node, workload or scale_.WORKLOAD,
                                                                   results_dir, phase), scale_table, as_json, width=150)
     if any(r["status"] != "ok" for r in report["rows"]):

@@ -190,10 +190,7 @@ def report(results_dir, out, sweep_name, baseline, target_accuracy, target_loss,
     """Break-even bandwidths, time to accuracy, the fitted performance model and pictures from a results store."""
     from ..analysis import report as report_
     out = out or os.path.join(results_dir, "report")
-    try:
-        fit_on = {int(v) for v in fit_nodes.split(",") if v.strip()} if fit_nodes else None
-    except ValueError:
-        raise SpecError(f"--fit-nodes takes node counts separated by commas, e.g. 2,4; got '{fit_nodes}'.") from None
+    fit_on = set(flags.node_counts("--fit-nodes", fit_nodes)) if fit_nodes else None
     with console.status("analysing and drawing"):
         r = report_.build(results_dir, out, sweep_name, baseline, target_accuracy, target_loss, fit_on)
     if as_json:
