@@ -20,6 +20,7 @@ from . import results, userscript
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
+from .launch.kept import KeptNetwork
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
 from .session import Session, read_text, resolve
@@ -40,9 +41,11 @@ class Interrupted(Exception):
     run_id: str | None = None
 
 
-def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None) -> results.RunSummary:
+def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None,
+        kept: KeptNetwork | None = None) -> results.RunSummary:
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted (carrying
-    the run id) on Ctrl-C."""
+    the run id) on Ctrl-C. ``kept``: a sweep's network, used (and re-shaped, or rebuilt) where it
+    takes the spec; the run then owns only its workers."""
     launcher = cluster_class(spec)
     launcher.check_host()
     results.check_writable(spec.results_dir)        # a full, locked or damaged store stops us before anything is built
@@ -57,7 +60,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     try:
         with _signals_raise():
             spec = resolve(spec, state.run_id, on_phase)
-            cluster = launcher(spec, state)
+            cluster = kept.lend(spec, state) if kept is not None and kept.takes(spec) else launcher(spec, state)
             session = Session(spec)
             on_phase("building the network")
             nodes = cluster.up()

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from . import flags, results, runner
+from .launch.kept import KeptNetwork
 from .spec import RunSpec, SpecError
+from .timing import Laps
 
 AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer", "comm")
 # a grid may leave these out (one value, the default), and then its cells keep the keys they had before the axis
@@ -65,12 +67,15 @@ class Grid:
     device: str = flags.DEFAULTS["device"]         # cuda: one GPU per node, NCCL (the backend follows)
     cpus_per_node: str = flags.DEFAULTS["cpus_per_node"]   # every cell's nodes held to this many CPUs
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
+    # keep each network (re-shaped in place) and its nodes' fork servers for the cells that fit it;
+    # False: every cell builds its own and starts fresh interpreters, as a lone 'gctestbed run' does
+    keep: bool = True
     accept_miss: bool = False
     results_dir: str = flags.DEFAULTS["results_dir"]
 
     def default_name(self) -> str:
         """The same grid always gets the same name, so the same command resumes."""
-        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher")}
+        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
         for key in ("eval_every", "device", "cpus_per_node"):       # added later: at their defaults, names stay as they were
@@ -148,10 +153,12 @@ def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = Fa
 
 
 def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], None] = lambda c: None,
-        on_done: Callable[[Cell, results.RunSummary], None] = lambda c, s: None) -> dict[str, int]:
-    """Run ``cells`` of sweep ``name`` in order. Ctrl-C (runner.Interrupted or KeyboardInterrupt)
+        on_done: Callable[[Cell, results.RunSummary], None] = lambda c, s: None) -> dict[str, float]:
+    """Run ``cells`` of sweep ``name`` in order, each on the network of the cells before it where
+    it fits (``grid.keep``, launch/kept.py). Ctrl-C (runner.Interrupted or KeyboardInterrupt)
     marks the current cell interrupted and propagates; the store stays resumable."""
     conn = results.connect(grid.results_dir)
+    kept = KeptNetwork() if grid.keep else None
     calibrated: set[tuple] = set()
     counts = {"ok": 0, "failed": 0}
     current: Cell | None = None
@@ -161,7 +168,7 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             measure = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
-            summary = runner.run(cell.spec.replace(calibrate=measure))
+            summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
             if measure and not summary.calibration_missed:
                 calibrated.add(cell.link)          # a link that missed is measured again at its next cell
             results.mark_cell(conn, name, cell.key, cell.repeat, summary.status, summary.run_id)
@@ -174,4 +181,10 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
         raise
     finally:
         conn.close()
+        laps = Laps()
+        problems = kept.close() if kept is not None else []
+        if kept is not None:
+            counts["kept_teardown_s"] = laps.lap()
+    if problems:
+        raise RuntimeError("the sweep's kept network could not be removed (run 'gctestbed clean'): " + "; ".join(problems))
     return counts

@@ -110,14 +110,17 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--name", default=None, help="Sweep name (default: derived from the grid, so the same command resumes).")
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
+@click.option("--fresh-nodes", is_flag=True,
+              help="Build every cell's network and start its nodes from scratch, as a lone run does (default: cells "
+                   "that fit keep the network, re-shaped, and fork workers from each node's pre-imported server).")
 @cpus_option
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
-          cpus_per_node, results_dir, **axes):
+          fresh_nodes, cpus_per_node, results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
-                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir)
+                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir, keep=not fresh_nodes)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
     for axis, given in axes.items():
@@ -164,7 +167,9 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_
     if fixed:
         fixed.sort()
         click.echo(f"fixed cost per cell (wall time beyond its steps and calibration): median {fixed[len(fixed) // 2]:.1f} s, "
-                   f"from {fixed[0]:.1f} to {fixed[-1]:.1f} s over {len(fixed)} cells")
+                   f"from {fixed[0]:.1f} to {fixed[-1]:.1f} s over {len(fixed)} cells"
+                   + (f", and {counts['kept_teardown_s']:.1f} s to remove the kept network at the end"
+                      if counts.get("kept_teardown_s") is not None else ""))
 
 
 def _cell_label(cell) -> str:

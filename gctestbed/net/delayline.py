@@ -7,7 +7,8 @@ senders see the real round trip (a proxy would hide it). The kernel's htb on eac
 does the rate; the relay only delays and drops. A cable with loss has offloads off so that loss
 hits MTU-sized packets, not 64 KB GSO frames (this costs throughput: a lossy cable is meant for
 modest rates). A cable a loss fault may strike later has offloads off from the start, and the
-relay takes ``loss CABLE ab|ba PPM`` lines on its stdin to change a direction's loss mid-run.
+relay takes commands on its stdin: a direction's loss mid-run (a fault), its delay between the
+cells of a sweep that keeps its network, and the counters so far.
 """
 
 from __future__ import annotations
@@ -50,11 +51,29 @@ def start(cables: list[Cable], seed: int, record: Callable[..., None]) -> subpro
 
 def set_loss(proc: subprocess.Popen, cable: int, direction: str, loss_pct: float) -> None:
     """Make direction ``ab`` or ``ba`` of the ``cable``-th cable lose ``loss_pct`` percent from now."""
-    proc.stdin.write(f"loss {cable} {direction} {round(loss_pct * 1e4)}\n")
+    _command(proc, f"loss {cable} {direction} {round(loss_pct * 1e4)}")
+
+
+def retune(proc: subprocess.Popen, cable: int, direction: str, d: Direction) -> None:
+    """Give direction ``ab`` or ``ba`` of the ``cable``-th cable the delay and jitter of ``d`` from
+    now (frames already queued keep theirs); its loss too."""
+    delay, jitter, loss = _direction_args(d)
+    _command(proc, f"delay {cable} {direction} {delay} {jitter}")
+    _command(proc, f"loss {cable} {direction} {loss}")
+
+
+def counters(proc: subprocess.Popen) -> dict:
+    """The relay's counters so far by direction, as ``stop`` returns them at the end."""
+    return {row.pop("direction"): row for row in json.loads(_command(proc, "counters"))}
+
+
+def _command(proc: subprocess.Popen, line: str) -> str:
+    proc.stdin.write(line + "\n")
     proc.stdin.flush()
     reply = proc.stdout.readline().strip()
-    if reply != "ok":
-        raise RuntimeError(f"the delay line refused a loss change: {reply or proc.stderr.read().strip()}")
+    if reply.startswith("error") or not reply:
+        raise RuntimeError(f"the delay line refused '{line}': {reply or proc.stderr.read().strip()}")
+    return reply
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 5.0) -> dict:

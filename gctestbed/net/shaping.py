@@ -46,6 +46,17 @@ def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False, always_n
         _netem(ipr, "add", index, d, d.loss_pct)
 
 
+def change(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None:
+    """Give the egress ``apply`` shaped the rate of ``d`` (and, with ``netem``, its delay, jitter
+    and loss on the netem leaf ``apply`` made) in place: the qdiscs stay, with their counters."""
+    index = _index(ipr, ifname)
+    rate = d.rate_bps // 8
+    burst = burst_bytes(d.rate_bps)
+    _tc(ipr, "change-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
+    if netem:
+        _netem(ipr, "change", index, d, d.loss_pct)
+
+
 def set_loss(ipr: IPRoute, ifname: str, d: Direction, loss_pct: float) -> None:
     """Change the loss of the netem leaf ``apply`` put under ``ifname``'s class, the rest as ``d``."""
     _netem(ipr, "change", _index(ipr, ifname), d, loss_pct)

@@ -151,6 +151,63 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
     return network
 
 
+def fits(network: Network, topo: TopologySpec, latency_impl: str, lossy: frozenset[int] = frozenset()) -> bool:
+    """Whether ``reshape`` can give ``network`` the links of ``topo``: the same switches, nodes
+    and trunks, delay made the same way (or not at all, in both), and each cable's packets as they
+    were (offloads and netem leaves are settled when a cable is made)."""
+    hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
+    if (list(network.switches), [n.switch for n in topo.nodes]) != (topo.switches, [network_switch(network, p) for p in network.nodes]) \
+            or len(hops) != len(network.cables):
+        return False
+    wanted = "delayline" if latency_impl == "delayline" else \
+        "none" if not lossy and not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba)) else network.impl
+    if wanted != network.impl or network.impl not in ("none", "delayline") and latency_impl not in ("auto", network.impl):
+        return False
+    for i, (c, hop) in enumerate(zip(network.cables, hops)):
+        if (c.lossy, _unsegmented(c.hop)) != (i in lossy, _unsegmented(hop)) or \
+                network.impl == "netem" and _leaves(c.hop) != _leaves(hop):
+            return False
+    for (c, trunk) in zip(network.cables[len(topo.nodes):], topo.trunks):
+        if (network.switches[trunk.a], network.switches[trunk.b]) != (c.a_ns, c.b_ns):
+            return False
+    return True
+
+
+def network_switch(network: Network, port: NodePort) -> str:
+    """The name (in its topology) of the switch node ``port`` hangs on."""
+    return next(name for name, ns in network.switches.items() if ns == port.switch_ns)
+
+
+def reshape(network: Network, topo: TopologySpec) -> None:
+    """Give a built network the links of ``topo`` in place (it ``fits``): every egress's htb class
+    and netem leaf changed, the delay line retuned, the nodes' TCP buffers sized anew. What the
+    kernel holds stays: namespaces, devices, addresses, neighbour tables, qdisc counters."""
+    hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
+    for i, (c, hop) in enumerate(zip(network.cables, hops)):
+        c.hop = hop
+        for ns, ifname, d in ((c.a_ns, c.a_if, hop.ab), (c.b_ns, c.b_if, hop.ba)):
+            with namespaces.iproute(ns) as ipr:
+                shaping.change(ipr, ifname, d, netem=network.impl == "netem" and (c.lossy or cable.impaired(d)))
+        if network.relay:
+            delayline.retune(network.relay, i, "ab", hop.ab)
+            delayline.retune(network.relay, i, "ba", hop.ba)
+    for port in network.nodes:
+        limit = tcp_buffer_bytes(topo, port.rank)
+        namespaces.write_sysctl(port.netns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
+        namespaces.write_sysctl(port.netns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
+        network.tcp_buffers[port.netns] = limit
+
+
+def _unsegmented(hop) -> bool:
+    """A cable with loss runs with offloads off (see delayline)."""
+    return bool(hop.ab.loss_pct or hop.ba.loss_pct)
+
+
+def _leaves(hop) -> tuple[bool, bool]:
+    """Which directions have a netem leaf (``apply`` adds one only where there is something to do)."""
+    return cable.impaired(hop.ab), cable.impaired(hop.ba)
+
+
 def _quiet_ipv6(ns: str) -> None:
     """IPv6 autoconfiguration chatter (DAD, router solicitations, MLD) would cross the shaped
     links and the byte counters; the testbed speaks IPv4 only."""

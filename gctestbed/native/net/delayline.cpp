@@ -16,9 +16,13 @@
 //   NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM BA_DELAY_US BA_JITTER_US
 //   BA_LOSS_PPM OFFLOAD(0|1)
 // NETNS_* are paths (/run/netns/NAME). Prints "ready" once every TAP is attached, and one JSON
-// line of counters per direction on SIGTERM/SIGINT. A line "loss CABLE ab|ba PPM" on stdin
-// (CABLE counts from 0 in argument order) sets that direction's loss from then on; the relay
-// answers "ok" or "error: ...". End of stdin only stops the reading of commands.
+// line of counters per direction on SIGTERM/SIGINT. Commands on stdin, one per line (CABLE counts
+// from 0 in argument order), each answered by one line ("ok", "error: ..." or the counters):
+//   loss CABLE ab|ba PPM                   that direction's loss from then on
+//   delay CABLE ab|ba DELAY_US JITTER_US   its delay and jitter from then on (a kept network
+//                                          re-shaped between a sweep's cells)
+//   counters                               every direction's counters so far, as a JSON list
+// End of stdin only stops the reading of commands.
 
 #include <fcntl.h>
 #include <linux/if.h>
@@ -146,18 +150,42 @@ void arm(int tfd, int64_t next) {
 
 void on_signal(int) { g_stop = 1; }
 
-// Applies one command line; returns the reply.
+std::string counters_json(const Direction& d) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"direction\": \"%s\", \"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, "
+                "\"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}",
+                d.name.c_str(), (unsigned long long)d.frames_in, (unsigned long long)d.bytes_in,
+                (unsigned long long)d.frames_out, (unsigned long long)d.bytes_out, (unsigned long long)d.lost,
+                (unsigned long long)d.overflow);
+  return line;
+}
+
+// Applies one command line; returns the reply (one line).
 std::string command(const std::string& line, std::vector<std::unique_ptr<Direction>>& dirs) {
   char verb[16] = {0}, dir[8] = {0};
   long cable = -1;
-  long long ppm = -1;
-  if (std::sscanf(line.c_str(), "%15s %ld %7s %lld", verb, &cable, dir, &ppm) != 4 || std::strcmp(verb, "loss") != 0)
-    return "error: expected 'loss CABLE ab|ba PPM'";
+  long long a = -1, b = 0;
+  if (line == "counters") {
+    std::string out = "[";
+    for (size_t i = 0; i < dirs.size(); i++) out += (i ? ", " : "") + counters_json(*dirs[i]);
+    return out + "]";
+  }
+  int got = std::sscanf(line.c_str(), "%15s %ld %7s %lld %lld", verb, &cable, dir, &a, &b);
+  bool loss = got == 4 && std::strcmp(verb, "loss") == 0, delay = got == 5 && std::strcmp(verb, "delay") == 0;
+  if (!loss && !delay) return "error: expected 'loss CABLE ab|ba PPM', 'delay CABLE ab|ba DELAY_US JITTER_US' or 'counters'";
   bool ab = std::strcmp(dir, "ab") == 0;
-  if ((!ab && std::strcmp(dir, "ba") != 0) || cable < 0 || size_t(2 * cable + 1) >= dirs.size() || ppm < 0 ||
-      ppm > 1000000)
-    return "error: no such cable or direction, or loss outside 0..1000000 ppm";
-  dirs[2 * cable + (ab ? 0 : 1)]->loss_ppm = uint32_t(ppm);
+  if ((!ab && std::strcmp(dir, "ba") != 0) || cable < 0 || size_t(2 * cable + 1) >= dirs.size())
+    return "error: no such cable or direction";
+  Direction& d = *dirs[2 * cable + (ab ? 0 : 1)];
+  if (loss) {
+    if (a < 0 || a > 1000000) return "error: loss outside 0..1000000 ppm";
+    d.loss_ppm = uint32_t(a);
+  } else {
+    if (a < 0 || b < 0) return "error: delay and jitter must be at least 0";
+    d.delay_ns = a * 1000;
+    d.jitter_ns = b * 1000;
+  }
   return "ok";
 }
 
@@ -265,12 +293,6 @@ int main(int argc, char** argv) {
     busy = after != before;
     arm(tfd, earliest(dirs));
   }
-  for (const auto& d : dirs) {
-    std::printf("{\"direction\": \"%s\", \"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, "
-                "\"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}\n",
-                d->name.c_str(), (unsigned long long)d->frames_in, (unsigned long long)d->bytes_in,
-                (unsigned long long)d->frames_out, (unsigned long long)d->bytes_out, (unsigned long long)d->lost,
-                (unsigned long long)d->overflow);
-  }
+  for (const auto& d : dirs) std::printf("%s\n", counters_json(*d).c_str());
   return 0;
 }

@@ -1,0 +1,169 @@
+"""A node's fork server: one interpreter per node of a kept network that imports torch and the
+worker once, then forks a fresh worker for every cell of a sweep.
+
+Starting a worker from scratch costs an interpreter and torch's imports, about 1.5 s of CPU per
+node, which on a 2-core host was most of a small cell's wall time. A forked worker starts with
+those imports done (and shares their pages with the server and its siblings), but it is still a
+process of its own: its own process group, store connection, process group of collectives and
+exit status, so a crash or a kill ends one cell's worker and nothing else. The server never
+runs a tensor operation or a collective, so no thread pool or Gloo state is forked.
+
+``python -m gctestbed.launch.forkserver SOCKET [CGROUP]`` (inside the node's namespace): imports,
+joins ``CGROUP`` (so a CPU cap does not slow the imports), listens on the Unix socket ``SOCKET``
+and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH}``
+and reads ``{"pid": N}``, then, when the worker ends, ``{"exit": CODE}`` (negative: killed by that
+signal, as Popen has it). ``Forked`` is that client, shaped like Popen for the runner. The server
+ends when its parent (the sweep) does, killing the workers it still has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+
+READY = "ready"
+TICK_S = 1.0         # how often the server looks for its parent's death while idle
+
+
+class Forked:
+    """One worker forked by a node's server; ``poll``, ``wait`` and ``pid`` as Popen's."""
+
+    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str):
+        self.returncode: int | None = None
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(socket_path)
+        self._file = self._sock.makefile("rwb")
+        self._file.write(json.dumps({"argv": argv, "env": env, "log": log_path}).encode() + b"\n")
+        self._file.flush()
+        reply = self._read()
+        if "pid" not in reply:
+            self._close()
+            raise OSError(f"the fork server at {socket_path} did not start the worker: {reply.get('error', 'no reply')}")
+        self.pid: int = reply["pid"]
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._sock], [], [], 0)[0]:
+            self._ended()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if timeout is not None and not select.select([self._sock], [], [], timeout)[0]:
+                raise TimeoutError(f"worker {self.pid} still runs")
+            self._ended()
+        return self.returncode
+
+    def _ended(self) -> None:
+        reply = self._read()
+        # the server itself went away (killed): its worker is gone or orphaned, and either way lost
+        self.returncode = reply.get("exit", -signal.SIGKILL)
+        self._close()
+
+    def _read(self) -> dict:
+        line = self._file.readline()
+        return json.loads(line) if line else {}
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+            self._sock.close()
+
+
+def _child(request: dict) -> None:
+    """In the forked child: become the worker ``request`` describes, then end with its status."""
+    code = 1
+    try:
+        os.setsid()                   # its own process group: the runner kills it and what it starts
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from .. import worker
+        worker.main(request["argv"])
+        code = 0
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the worker's own failure, told in its log as Python would
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(socket_path: str, cgroup: str | None = None) -> None:
+    import torch  # noqa: F401 - imported once here, inherited by every worker
+    import torch._dynamo  # noqa: F401 - DDP's constructor imports it lazily: 1.4 s of CPU per worker otherwise
+    from .. import compress, optimizers, workloads, worker  # noqa: F401 - likewise
+    from ..comm import local, ps, server  # noqa: F401
+    if cgroup:
+        from . import cpushare
+        cpushare.join(cgroup)
+    parent = os.getppid()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    listener.bind(socket_path)
+    listener.listen(64)
+    clients: dict[int, socket.socket] = {}      # worker pid -> the connection that asked for it
+    print(READY, flush=True)
+    try:
+        while os.getppid() == parent:
+            readable, _, _ = select.select([listener, wake_r], [], [], TICK_S)
+            if wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            if listener in readable:
+                conn, _ = listener.accept()
+                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    for c in clients.values():
+                        c.close()
+                    conn.close()
+                    _child(request)
+                clients[pid] = conn
+                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            while clients:                    # after a fork too: a worker may end before it is listed
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                conn = clients.pop(pid, None)
+                if conn is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                    conn.close()
+    finally:
+        for pid in clients:                   # the sweep is gone: so are the cells it started
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

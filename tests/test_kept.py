@@ -1,0 +1,137 @@
+"""A sweep's kept network (launch/kept.py) and fork servers (launch/forkserver.py): cells on it
+train exactly as cells on networks of their own, its links really change between cells (judged
+by calibration: ping and a TCP stream, not by the code that re-shaped them), each cell's counters
+are its own, and nothing is left when the sweep ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gctestbed import flags, results, sweep
+from gctestbed.launch import forkserver
+from helpers import SMALL, census, show
+
+
+def _sweep(tmp_path, keep: bool, **grid) -> list[dict]:
+    axes = {"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["1gbit", "200mbit"],
+            "compressor": ["none", "fp16"], "mode": ["overlap"], **grid.pop("axes", {})}
+    g = sweep.Grid(axes=axes, steps=3, calibrate="none", results_dir=str(tmp_path), keep=keep, **grid)
+    cells = sweep.plan(g)
+    counts = sweep.run(g, "s", cells)
+    assert counts["failed"] == 0
+    conn = results.connect(str(tmp_path))
+    runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
+    conn.close()
+    return [show(tmp_path, r) | _rows(tmp_path, r) for r in runs]
+
+
+def _rows(tmp_path, run_id: str) -> dict:
+    conn = results.connect(str(tmp_path))
+    rows = {"steps_rows": [dict(r) for r in conn.execute("SELECT * FROM steps WHERE run_id=? ORDER BY rank, step", (run_id,))],
+            "node_rows": [dict(r) for r in conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run_id,))]}
+    conn.close()
+    return rows
+
+
+def _sent(summary: dict, node: str = "n0") -> int:
+    """What node ``node``'s eth0 htb class sent during the run, as the kernel counted it."""
+    qdiscs = summary["environment"]["qdisc_stats"]["qdiscs"]
+    key = next(k for k in qdiscs if k.endswith(f"-{node}/eth0"))
+    return qdiscs[key]["classes"][0]["sent_bytes"]
+
+
+def _no_ledgers(state_dir) -> None:
+    """Nothing of any run or kept network is left: ledgers, namespaces, fork servers, workers."""
+    assert [f for f in os.listdir(state_dir) if f.endswith(".json")] == []
+    found = census("gct-")
+    assert (found["namespaces"], found["ledgers"], found["processes"], found["cgroups"]) == ([], [], [], [])
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_cells_on_a_kept_network_train_and_count_as_cells_on_their_own(tmp_path, state_dir):
+    kept = _sweep(tmp_path / "kept", keep=True)
+    _no_ledgers(state_dir)
+    fresh = _sweep(tmp_path / "fresh", keep=False)
+    assert len(kept) == len(fresh) == 4
+    ledgers = {s["environment"]["shaping"]["kept_network"]["ledger"] for s in kept}
+    assert len(ledgers) == 1 and [s["environment"]["shaping"]["kept_network"]["cell"] for s in kept] == [1, 2, 3, 4]
+    assert all("kept_network" not in s["environment"]["shaping"] for s in fresh)
+    for k, f in zip(kept, fresh):
+        assert (k["compressor"], k["bw_bps"]) == (f["compressor"], f["bw_bps"])
+        # the same training, bit for bit: every rank's loss at every step, the final parameters
+        assert [(r["rank"], r["step"], r["loss"]) for r in k["steps_rows"]] == \
+            [(r["rank"], r["step"], r["loss"]) for r in f["steps_rows"]]
+        assert [n["param_sha256"] for n in k["node_rows"]] == [n["param_sha256"] for n in f["node_rows"]]
+        assert (k["eval_loss"], k["params_identical"]) == (f["eval_loss"], True)
+        # the same records: every column filled where the lone run fills it
+        assert [{c for c, v in r.items() if v is not None} for r in k["steps_rows"]] == \
+            [{c for c, v in r.items() if v is not None} for r in f["steps_rows"]]
+        # the kernel's count of the cell's own bytes, not of every cell so far on that network
+        assert _sent(k) == pytest.approx(_sent(f), rel=0.25)
+        assert _sent(k) >= sum(r["tx_bytes"] for r in k["steps_rows"] if r["rank"] == 0)
+    # forked workers skip the interpreter and imports: later cells' fixed cost is under a second
+    assert max(s["phases"]["fixed_s"] for s in kept[1:]) < 1.0
+    assert sorted(s["phases"]["fixed_s"] for s in fresh)[1] > max(s["phases"]["fixed_s"] for s in kept[1:])
+    _no_ledgers(state_dir)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp_path, state_dir):
+    """Calibration (ping's RTT, a TCP stream's rate against the htb class) judges every cell's
+    link: a network not re-shaped between cells misses. Latency 0 has no delay line, so the
+    cell after it gets a network of its own."""
+    g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["5ms", "20ms", "0"],
+                         "bw": ["50mbit", "200mbit"], "compressor": ["none"], "mode": ["overlap"]},
+                   steps=1, calibrate="all", results_dir=str(tmp_path), keep=True)
+    cells = sweep.plan(g)
+    assert sweep.run(g, "s", cells)["failed"] == 0
+    conn = results.connect(str(tmp_path))
+    runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
+    conn.close()
+    summaries = [show(tmp_path, r) for r in runs]
+    for s in summaries:
+        assert s["calibration"] and not s["calibration_missed"], s["calibration"]
+    rtts = [min(c["rtt_idle_s"] for c in s["calibration"]) for s in summaries]
+    assert rtts[2] > rtts[0] + 0.025 and rtts[3] > rtts[1] + 0.025      # 5 ms, then 20 ms each way, at each link rate
+    kept = [s["environment"]["shaping"]["kept_network"] for s in summaries]
+    assert len({k["ledger"] for k in kept[:4]}) == 1 and [k["cell"] for k in kept[:4]] == [1, 2, 3, 4]
+    assert kept[4]["ledger"] != kept[0]["ledger"] and kept[4]["cell"] == 1 and kept[5]["cell"] == 2
+    assert summaries[4]["environment"]["shaping"]["latency_impl"] == "none"
+    _no_ledgers(state_dir)
+
+
+@pytest.mark.root
+def test_a_fork_servers_worker_reports_its_exit_like_popen(tmp_path):
+    """The server's client tells a worker's end as Popen would: its status, or minus the signal
+    that killed it; each worker leads a process group of its own (the runner kills by group)."""
+    sock = str(tmp_path / "s.sock")
+    server = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", sock], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout.readline().strip() == forkserver.READY
+        w = forkserver.Forked(sock, [str(tmp_path / "missing.json")], dict(os.environ), str(tmp_path / "w.log"))
+        assert w.wait(timeout=30) == 1 and w.poll() == 1     # it could not read its spec, and said so in its log
+        assert "missing.json" in (tmp_path / "w.log").read_text()
+        spec = tmp_path / "spec.json"
+        spec.write_text(flags.build_spec(results_dir=str(tmp_path)).replace(run_id="abc123").to_json())
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        w = forkserver.Forked(sock, [str(spec)], env, str(tmp_path / "w2.log"))   # waits for a rank 1 that never comes
+        time.sleep(1.0)
+        assert w.poll() is None and os.getpgid(w.pid) == w.pid
+        os.killpg(w.pid, signal.SIGKILL)
+        assert w.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        server.kill()
+        server.wait()
