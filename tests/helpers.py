@@ -61,8 +61,9 @@ def ledger_of(run_id: str) -> dict:
         return json.load(f)
 
 
-def leftovers(run_id: str) -> list[str]:
-    """Everything of run ``run_id`` still on this machine: namespaces, ledger, processes."""
-    found = census(f"gct-{run_id}-")
+def leftovers(run_id: str | None = None) -> list[str]:
+    """Everything of run ``run_id`` (of any run, a sweep's kept networks too, when None) still
+    on this machine: namespaces, ledger, processes, CPU cgroups."""
+    found = census(f"gct-{run_id}-" if run_id else "gct-")
     return [f"{'ledger file' if kind == 'ledgers' else kind} {item}" for kind, items in found.items() for item in items]
 

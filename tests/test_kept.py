@@ -16,7 +16,7 @@ import pytest
 
 from gctestbed import flags, results, sweep
 from gctestbed.launch import forkserver
-from helpers import SMALL, census, show
+from helpers import SMALL, leftovers, show
 
 
 def _sweep(tmp_path, keep: bool, **grid) -> list[dict]:
@@ -50,8 +50,7 @@ def _sent(summary: dict, node: str = "n0") -> int:
 def _no_ledgers(state_dir) -> None:
     """Nothing of any run or kept network is left: ledgers, namespaces, fork servers, workers."""
     assert [f for f in os.listdir(state_dir) if f.endswith(".json")] == []
-    found = census("gct-")
-    assert (found["namespaces"], found["ledgers"], found["processes"], found["cgroups"]) == ([], [], [], [])
+    assert leftovers() == []
 
 
 @pytest.mark.root

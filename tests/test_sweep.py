@@ -91,7 +91,7 @@ def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_p
     statuses = [r["status"] for r in conn.execute("SELECT status FROM sweep_cells")]
     assert "interrupted" in statuses and "running" not in statuses
     interrupted_run = conn.execute("SELECT run_id FROM sweep_cells WHERE status='interrupted'").fetchone()["run_id"]
-    assert leftovers(interrupted_run) == []
+    assert leftovers(interrupted_run) == [] and leftovers() == []       # the cell's run and the kept network
     t0, started = time.monotonic(), time.time()
     proc = gctestbed(*args, timeout=600)
     wall = time.monotonic() - t0
@@ -116,6 +116,7 @@ def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_p
         assert conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (r["run_id"],)).fetchone()[0] == 24
         assert leftovers(r["run_id"]) == []
     conn.close()
+    assert leftovers() == []
     proc = gctestbed(*args)                        # a finished sweep runs nothing again
     assert proc.returncode == 0 and "8 already done, 0 to run" in proc.stderr
     rep = gctestbed("report", str(tmp_path), "--out", str(tmp_path / "report"))
@@ -128,7 +129,7 @@ def test_the_optimizer_is_an_axis_that_leaves_older_grids_names_and_cells_as_the
     old = _grid(tmp_path)
     assert old.default_name() == "sweep-" + __import__("hashlib").sha256(json.dumps(
         {k: v for k, v in __import__("dataclasses").asdict(old).items()
-         if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "eval_every", "device", "cpus_per_node")},
+         if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "eval_every", "device", "cpus_per_node", "keep")},
         sort_keys=True).encode()).hexdigest()[:10]                  # the rule names were made by before the axis
     assert _grid(tmp_path, optimizer=["sgd"]).default_name() == old.default_name()
     assert all("optimizer" not in json.loads(c.key) for c in sweep.plan(old))

@@ -15,7 +15,6 @@ throttling) run on across cells: a cell's are the difference over its own run.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,6 @@ class KeptNetwork:
         self.nodes: list[Node] = []
         self.sockets: dict[int, str] = {}       # rank -> its fork server's socket
         self.cells = 0                          # cells it served since it was built
-        self._dir: str | None = None
 
     @staticmethod
     def takes(spec: RunSpec) -> bool:
@@ -91,18 +89,17 @@ class KeptNetwork:
             return []
         problems = self.cluster.down()
         self.cluster, self.spec, self.nodes, self.sockets = None, None, [], {}
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
         return problems
 
     def _start_servers(self) -> None:
         """One fork server per node, importing side by side; returns once all are ready."""
-        self._dir = tempfile.mkdtemp(prefix=f"gct-{self.cluster.state.run_id}-")
+        directory = os.path.join(tempfile.gettempdir(), f"gct-{self.cluster.state.run_id}-servers")
+        self.cluster.state.add("dir", name=directory)
+        os.makedirs(directory, mode=0o700)
         started = {}
         for node in self.nodes:
-            sock = os.path.join(self._dir, f"n{node.rank}.sock")
-            log = os.path.join(self._dir, f"n{node.rank}.log")
+            sock = os.path.join(directory, f"n{node.rank}.sock")
+            log = os.path.join(directory, f"n{node.rank}.log")
             group = self.cluster.cgroups.get(node.rank)
             with open(log, "ab") as out:
                 proc = namespaces.popen(node.name, [sys.executable, "-m", "gctestbed.launch.forkserver", sock,

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import signal
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
@@ -81,8 +82,8 @@ class RunState:
         self._write()
 
     def add(self, kind: str, **where) -> None:
-        """Record an object (``netns``, ``link``, ``qdisc``, ``process``, ``container``, ``cgroup``)
-        before creating it.
+        """Record an object (``netns``, ``link``, ``qdisc``, ``process``, ``container``, ``cgroup``,
+        ``dir``) before creating it.
 
         A process is recorded just after it starts (its pid is needed), with its start time, so a
         later teardown never signals another process that reused the pid.
@@ -133,6 +134,8 @@ class RunState:
                     namespaces.delete_link(obj["name"], obj.get("netns"))
                 elif kind == "cgroup":
                     cpushare.remove(obj["name"])
+                elif kind == "dir":
+                    shutil.rmtree(obj["name"], ignore_errors=True)
             except OSError as e:
                 problems.append(f"{kind} {obj['name']}: {e}")
         leftover = [n for n in netns_names if namespaces.exists(n)]
