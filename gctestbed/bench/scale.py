@@ -16,24 +16,33 @@ from typing import Callable
 import psutil
 
 from .. import flags, runner
+from ..launch.kept import KeptNetwork
 from ..session import environment
 
 WORKLOAD = "mlp:width=256,depth=2,input_dim=64"     # 85,002 parameters: 340 kB of gradient per step
 
 
 def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workload: str, results_dir: str,
-        phase: Callable[[str], None] = lambda text: None) -> dict:
-    """One run per node count (no calibration: the bench times gctestbed, not the links)."""
+        phase: Callable[[str], None] = lambda text: None, fresh: bool = False) -> dict:
+    """One run per node count (no calibration: the bench times gctestbed, not the links). Workers
+    are forked by one fork server, as a sweep's are (launch/kept.py); ``fresh``: every node starts
+    its own interpreter, as a lone run's does."""
     rows, cpus = [], flags.build_spec(cpus_per_node=cpus_per_node).cpus_per_node
-    for n in node_counts:
-        spec = flags.build_spec(nodes=str(n), bw=bw, steps=str(steps), workload=workload, calibrate=False,
-                                cpus_per_node=cpus_per_node, results_dir=results_dir)
-        phase(f"bench scale: {n} nodes")
-        free = psutil.virtual_memory().available
-        t0 = time.monotonic()
-        summary = runner.run(spec)
-        rows.append(_row(n, summary, time.monotonic() - t0, free))
-    return {"machine": environment(), "bw": bw, "steps": steps, "workload": workload,
+    kept = None if fresh else KeptNetwork()
+    try:
+        for n in node_counts:
+            spec = flags.build_spec(nodes=str(n), bw=bw, steps=str(steps), workload=workload, calibrate=False,
+                                    cpus_per_node=cpus_per_node, results_dir=results_dir)
+            phase(f"bench scale: {n} nodes")
+            free = psutil.virtual_memory().available
+            t0 = time.monotonic()
+            summary = runner.run(spec, kept=kept)
+            rows.append(_row(n, summary, time.monotonic() - t0, free))
+    finally:
+        problems = kept.close() if kept is not None else []
+    if problems:
+        raise RuntimeError("bench scale could not remove its last network (run 'gctestbed clean'): " + "; ".join(problems))
+    return {"machine": environment(), "bw": bw, "steps": steps, "workload": workload, "fork_server": not fresh,
             "cpus_per_node": cpus, "results_dir": results_dir, "rows": rows}
 
 

@@ -44,13 +44,16 @@ def bench_net(as_json, seconds, rates, latencies):
               help="Hold every node to X CPUs (see run); 0: the nodes share the host's cores freely.")
 @click.option("--workload", default=None, help="The job (default: a 340 kB mlp, so the bench times gctestbed itself).")
 @click.option("--results", "results_dir", default="results/scale", show_default=True, help="Results directory.")
+@click.option("--fresh-nodes", is_flag=True,
+              help="Start an interpreter per node, as a lone run does (default: fork every worker from one server, as a sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
-def bench_scale(nodes, bw, steps, cpus_per_node, workload, results_dir, as_json):
+def bench_scale(nodes, bw, steps, cpus_per_node, workload, results_dir, fresh_nodes, as_json):
     """One small run on each node count: fixed cost, memory per node, step time, bus bandwidth."""
     from ..bench import scale as scale_
     counts = flags.node_counts("--nodes", nodes)
     report = bench_report("bench scale", lambda phase: scale_.run(counts, bw, steps, cpus_per_node, workload or scale_.WORKLOAD,
-                                                                  results_dir, phase), scale_table, as_json, width=150)
+                                                                  results_dir, phase, fresh=fresh_nodes),
+                          scale_table, as_json, width=150)
     if any(r["status"] != "ok" for r in report["rows"]):
         sys.exit(1)
 

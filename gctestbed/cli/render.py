@@ -75,10 +75,12 @@ def soak_table(report: dict) -> Table:
 def scale_table(report: dict) -> Table:
     m = report["machine"]
     cap = f"{report['cpus_per_node']:g} CPUs per node" if report["cpus_per_node"] else "no CPU cap"
+    start = "workers forked by one fork server" if report.get("fork_server") else "an interpreter per node"
     table = Table(title=f"bench scale on {m['cpus']} x {m['cpu']}: {report['workload']}, {report['bw']}, "
-                        f"{report['steps']} steps, {cap}",
-                  caption="fixed cost: the run's wall time beyond its steps (network up and down, interpreters, torch "
-                          "and the process group started on every node, evaluation); memory: per node, median")
+                        f"{report['steps']} steps, {cap}, {start}",
+                  caption="fixed cost: the run's wall time beyond its steps (network up and down, workers, torch "
+                          "and the process group started on every node, evaluation; the fork server's start in the "
+                          "first row); memory: per node, median")
     for col in ("nodes", "run", "wall", "fixed cost", "network up / down", "PSS per node", "peak RSS per node",
                 "median step", "bus bandwidth", "of link"):
         table.add_column(col, justify="right")

@@ -1,19 +1,21 @@
-"""A node's fork server: one interpreter per node of a kept network that imports torch and the
-worker once, then forks a fresh worker for every cell of a sweep.
+"""The fork server: one interpreter that imports torch and the worker once, then forks a fresh
+worker for every node of every cell of a sweep, inside the node's namespace and CPU share.
 
 Starting a worker from scratch costs an interpreter and torch's imports, about 1.5 s of CPU per
-node, which on a 2-core host was most of a small cell's wall time. A forked worker starts with
-those imports done (and shares their pages with the server and its siblings), but it is still a
-process of its own: its own process group, store connection, process group of collectives and
-exit status, so a crash or a kill ends one cell's worker and nothing else. The server never
-runs a tensor operation or a collective, so no thread pool or Gloo state is forked.
+node (torch and the lazy import of torch._dynamo by DDP's constructor), which on a 2-core host was
+most of a small cell's wall time and, with 64 nodes, over a minute of start-up and 15 GB of
+memory. A forked worker starts with those imports done and shares their pages with the server
+and every other worker, but it is still a process of its own: its own process group, network
+namespace, cgroup, store connection, collectives and exit status, so a crash or a kill ends one
+node's worker and nothing else. The server never runs a tensor operation or a collective, so no
+thread pool or Gloo state is forked.
 
-``python -m gctestbed.launch.forkserver SOCKET [CGROUP]`` (inside the node's namespace): imports,
-joins ``CGROUP`` (so a CPU cap does not slow the imports), listens on the Unix socket ``SOCKET``
-and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH}``
-and reads ``{"pid": N}``, then, when the worker ends, ``{"exit": CODE}`` (negative: killed by that
-signal, as Popen has it). ``Forked`` is that client, shaped like Popen for the runner. The server
-ends when its parent (the sweep) does, killing the workers it still has.
+``python -m gctestbed.launch.forkserver SOCKET`` imports, listens on the Unix socket ``SOCKET``
+and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH,
+"netns": NAME, "cgroup": PATH}`` (the last two may be null) and reads ``{"pid": N}``, then, when
+the worker ends, ``{"exit": CODE}`` (negative: killed by that signal, as Popen has it). ``Forked``
+is that client, shaped like Popen for the runner. The server ends when its parent (the sweep)
+does, killing the workers it still has.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ TICK_S = 1.0         # how often the server looks for its parent's death while i
 class Forked:
     """One worker forked by a node's server; ``poll``, ``wait`` and ``pid`` as Popen's."""
 
-    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str):
+    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str,
+                 netns: str | None = None, cgroup: str | None = None):
         self.returncode: int | None = None
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(socket_path)
         self._file = self._sock.makefile("rwb")
-        self._file.write(json.dumps({"argv": argv, "env": env, "log": log_path}).encode() + b"\n")
+        request = {"argv": argv, "env": env, "log": log_path, "netns": netns, "cgroup": cgroup}
+        self._file.write(json.dumps(request).encode() + b"\n")
         self._file.flush()
         reply = self._read()
         if "pid" not in reply:
@@ -80,6 +84,12 @@ def _child(request: dict) -> None:
     code = 1
     try:
         os.setsid()                   # its own process group: the runner kills it and what it starts
+        if request.get("netns"):
+            from ..net import namespaces
+            namespaces.enter(request["netns"])
+        if request.get("cgroup"):
+            from . import cpushare
+            cpushare.join(request["cgroup"])
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
@@ -108,14 +118,13 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
-def serve(socket_path: str, cgroup: str | None = None) -> None:
+def serve(socket_path: str) -> None:
     import torch  # noqa: F401 - imported once here, inherited by every worker
     import torch._dynamo  # noqa: F401 - DDP's constructor imports it lazily: 1.4 s of CPU per worker otherwise
     from .. import compress, optimizers, workloads, worker  # noqa: F401 - likewise
     from ..comm import local, ps, server  # noqa: F401
-    if cgroup:
-        from . import cpushare
-        cpushare.join(cgroup)
+    from ..net import namespaces  # noqa: F401
+    from . import cpushare  # noqa: F401
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -166,4 +175,4 @@ def serve(socket_path: str, cgroup: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    serve(sys.argv[1])

@@ -1,14 +1,14 @@
-"""A sweep's kept network: the namespaces, shaped links, CPU shares and fork servers of one cell,
-lent to every following cell that fits them, so a cell pays for its own steps and calibration
-and not for building a network and starting interpreters.
+"""A sweep's kept network: the namespaces, shaped links and CPU shares of one cell, lent to every
+following cell that fits them, and one fork server for every node of every cell, so a cell pays
+for its own steps and calibration and not for building a network and starting interpreters.
 
 A cell fits when only its links differ (rates, delays: re-shaped in place) or nothing does;
 other node counts, topologies, CPU caps, a change between delay and none, faults and users'
 programs get a network of their own (the kept one is removed first). Each cell is still a run
-of its own in the store, with its own ledger for its workers, which are forked fresh from the
-node's fork server (launch/forkserver.py) and share nothing with the cells before them but
-imported code. The kept network has a ledger of its own, owned by the sweep, so 'gctestbed
-clean' removes it if the sweep dies. Counters the kernel and the delay line keep (qdiscs,
+of its own in the store, with its own ledger for its workers, which are forked fresh by the
+fork server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
+before them but imported code. The kept network and the fork server have ledgers of their own,
+owned by the sweep, so 'gctestbed clean' removes them if the sweep dies. Counters the kernel and the delay line keep (qdiscs,
 throttling) run on across cells: a cell's are the difference over its own run.
 """
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from ..net import delayline, namespaces, topology
+from ..net import delayline, topology
 from ..session import read_text
 from ..spec import RunSpec
 from . import cpushare, forkserver
@@ -33,14 +33,16 @@ COUNTERS = frozenset({"sent_bytes", "sent_packets", "drops", "overlimits", "fram
 
 
 class KeptNetwork:
-    """What consecutive cells share, built by the first that needs it, until ``close``."""
+    """What consecutive cells share, built by the first that needs it, until ``close``: a network
+    (rebuilt when a cell does not fit it) and the fork server (kept across rebuilds)."""
 
     def __init__(self):
         self.cluster: NetnsCluster | None = None
         self.spec: RunSpec | None = None        # the cell it was built or last re-shaped for
         self.nodes: list[Node] = []
-        self.sockets: dict[int, str] = {}       # rank -> its fork server's socket
-        self.cells = 0                          # cells it served since it was built
+        self.cells = 0                          # cells the network served since it was built
+        self.socket: str | None = None          # the fork server's
+        self._server: RunState | None = None    # the fork server's ledger: its process and directory
 
     @staticmethod
     def takes(spec: RunSpec) -> bool:
@@ -65,14 +67,15 @@ class KeptNetwork:
             self.cluster.spec = self.cluster.shaped.spec = spec
             topology.reshape(self.cluster.network, spec.network())
         else:
-            problems = self.close()
+            problems = self._remove_network()
             if problems:
                 raise RuntimeError("the network of the cells before could not be removed: " + "; ".join(problems))
             self.cluster = NetnsCluster(spec, RunState.create())
             self.cluster.state.update(meta={"kept_by_sweep": True})
             self.nodes = self.cluster.up()
-            self._start_servers()
             self.cells = 0
+        if self.socket is None:
+            self._start_server()
         self.spec = spec
         self.cells += 1
         return self.nodes
@@ -84,36 +87,37 @@ class KeptNetwork:
                 "cpu_shares": {str(r): cpushare.stats(p) for r, p in self.cluster.cgroups.items()}}
 
     def close(self) -> list[str]:
-        """Remove the network, its processes and CPU shares; what could not be removed."""
+        """Remove the network, the fork server and the CPU shares; what could not be removed."""
+        problems = self._remove_network()
+        if self._server is not None:
+            problems += self._server.undo()
+            self._server, self.socket = None, None
+        return problems
+
+    def _remove_network(self) -> list[str]:
         if self.cluster is None:
             return []
         problems = self.cluster.down()
-        self.cluster, self.spec, self.nodes, self.sockets = None, None, [], {}
+        self.cluster, self.spec, self.nodes = None, None, []
         return problems
 
-    def _start_servers(self) -> None:
-        """One fork server per node, importing side by side; returns once all are ready."""
-        directory = os.path.join(tempfile.gettempdir(), f"gct-{self.cluster.state.run_id}-servers")
-        self.cluster.state.add("dir", name=directory)
+    def _start_server(self) -> None:
+        """The fork server, in this host's namespace (each worker enters its node's)."""
+        self._server = RunState.create()
+        self._server.update(meta={"kept_by_sweep": True})
+        directory = os.path.join(tempfile.gettempdir(), f"gct-{self._server.run_id}-server")
+        self._server.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
-        started = {}
-        for node in self.nodes:
-            sock = os.path.join(directory, f"n{node.rank}.sock")
-            log = os.path.join(directory, f"n{node.rank}.log")
-            group = self.cluster.cgroups.get(node.rank)
-            with open(log, "ab") as out:
-                proc = namespaces.popen(node.name, [sys.executable, "-m", "gctestbed.launch.forkserver", sock,
-                                                    *([group] if group else [])],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
-                                        start_new_session=True, text=True)
-            self.cluster.state.add("process", name=f"{node.name} fork server", pid=proc.pid)
-            started[node.rank] = (proc, sock, log)
-        for rank, (proc, sock, log) in started.items():
-            if proc.stdout.readline().strip() != forkserver.READY:
-                tail = read_text(log).strip().splitlines()[-1:] or ["no output"]
-                raise RuntimeError(f"the fork server of node {rank} did not start: {tail[0]}")
-            proc.stdout.close()
-            self.sockets[rank] = sock
+        sock, log = os.path.join(directory, "fork.sock"), os.path.join(directory, "fork.log")
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", sock], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=out, start_new_session=True, text=True)
+        self._server.add("process", name="fork server", pid=proc.pid)
+        if proc.stdout.readline().strip() != forkserver.READY:
+            tail = read_text(log).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"the fork server did not start: {tail[0]}")
+        proc.stdout.close()
+        self.socket = sock
 
 
 class Lent:
@@ -154,7 +158,8 @@ class Lent:
         if argv[1:3] != ["-m", "gctestbed.worker"]:
             raise ValueError(f"a kept network forks only gctestbed's worker, not {argv}")
         env = {**os.environ, **(extra_env or {}), **self.kept.cluster.shaped.node_env(node)}
-        proc = forkserver.Forked(self.kept.sockets[node.rank], argv[3:], env, log_path)
+        proc = forkserver.Forked(self.kept.socket, argv[3:], env, log_path, netns=node.name,
+                                 cgroup=self.kept.cluster.cgroups.get(node.rank))
         self.state.add("process", name=node.name, pid=proc.pid)
         return proc
 
