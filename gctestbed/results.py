@@ -405,6 +405,23 @@ def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]])
                                  tuple(row.values()))
 
 
+RUN_TABLES = ("runs", "evals", "calibrations", "faults") + RANK_TABLES     # every table a run's rows live in
+
+
+def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, run_id: str) -> bool:
+    """Copy every row of ``run_id`` from store ``src`` into ``dst`` (a host's store into a sweep's);
+    rows ``dst`` has already are kept. False when ``src`` has no such run."""
+    if src.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+        return False
+    with dst:
+        for table in RUN_TABLES:
+            for row in src.execute(f"SELECT * FROM {table} WHERE run_id=?", (run_id,)):
+                row = dict(row)
+                dst.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                            tuple(row.values()))
+    return True
+
+
 def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
     """The run whose id starts with ``run``, or the latest run when ``run`` is None."""
     if run is None:

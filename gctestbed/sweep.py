@@ -14,11 +14,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from . import flags, results, runner
+from .launch import slurm
+from .launch import state as ledger
 from .launch.kept import KeptNetwork
+from .session import resolve
 from .spec import RunSpec, SpecError
 from .timing import Laps
 
@@ -67,15 +71,17 @@ class Grid:
     device: str = flags.DEFAULTS["device"]         # cuda: one GPU per node, NCCL (the backend follows)
     cpus_per_node: str = flags.DEFAULTS["cpus_per_node"]   # every cell's nodes held to this many CPUs
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
-    # keep each network (re-shaped in place) and its nodes' fork servers for the cells that fit it;
-    # False: every cell builds its own and starts fresh interpreters, as a lone 'gctestbed run' does
+    # keep each network (re-shaped in place) for the cells that fit it and fork every worker from one
+    # fork server; False: every cell builds its own and starts fresh interpreters, as a lone run does
     keep: bool = True
+    partition: str | None = None    # --launcher slurm: the partition to allocate hosts in (Slurm's default: None)
+    dev: str = "eth0"               # --launcher slurm: each host's interface to shape, and to pin Gloo/NCCL to
     accept_miss: bool = False
     results_dir: str = flags.DEFAULTS["results_dir"]
 
     def default_name(self) -> str:
         """The same grid always gets the same name, so the same command resumes."""
-        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep")}
+        shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep", "partition", "dev")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
         for key in ("eval_every", "device", "cpus_per_node"):       # added later: at their defaults, names stay as they were
@@ -136,7 +142,8 @@ def plan(grid: Grid) -> list[Cell]:
                                     eval_every=grid.eval_every,
                                     bucket_cap_mb=grid.bucket_cap_mb, timeout=grid.timeout, results_dir=grid.results_dir,
                                     calibrate=grid.calibrate != "none", accept_miss=grid.accept_miss,
-                                    kernels=grid.kernels, mode=params["mode"], launcher=grid.launcher,
+                                    kernels=grid.kernels, mode=params["mode"],
+                                    launcher="netns" if grid.launcher == "slurm" else grid.launcher,   # as 'node' has it
                                     device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
                                     cpus_per_node=grid.cpus_per_node)
             cells.append(Cell(params, repeat, spec))
@@ -158,17 +165,21 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
     it fits (``grid.keep``, launch/kept.py). Ctrl-C (runner.Interrupted or KeyboardInterrupt)
     marks the current cell interrupted and propagates; the store stays resumable."""
     conn = results.connect(grid.results_dir)
-    kept = KeptNetwork() if grid.keep else None
+    kept = KeptNetwork() if grid.keep and grid.launcher != "slurm" else None
+    hosts = _Hosts(grid, cells) if grid.launcher == "slurm" else None
     calibrated: set[tuple] = set()
     counts = {"ok": 0, "failed": 0}
     current: Cell | None = None
     try:
-        for cell in cells:
+        for index, cell in enumerate(cells):
             current = cell
             measure = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
-            summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
+            if hosts is not None:
+                summary = hosts.run(cell, measure, index)
+            else:
+                summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
             if measure and not summary.calibration_missed:
                 calibrated.add(cell.link)          # a link that missed is measured again at its next cell
             results.mark_cell(conn, name, cell.key, cell.repeat, summary.status, summary.run_id)
@@ -182,9 +193,42 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
     finally:
         conn.close()
         laps = Laps()
-        problems = kept.close() if kept is not None else []
+        problems = (kept.close() if kept is not None else []) + (hosts.close() if hosts is not None else [])
         if kept is not None:
             counts["kept_teardown_s"] = laps.lap()
     if problems:
         raise RuntimeError("the sweep's kept network could not be removed (run 'gctestbed clean'): " + "; ".join(problems))
     return counts
+
+
+class _Hosts:
+    """The Slurm allocation a sweep's cells run on (launch/slurm.py), obtained at its first cell."""
+
+    def __init__(self, grid: Grid, cells: list[Cell]):
+        self.grid = grid
+        self.size = max((c.spec.world for c in cells), default=0)
+        self.state: ledger.RunState | None = None
+        self.alloc: slurm.Allocation | None = None
+
+    def run(self, cell: Cell, calibrate: bool, index: int) -> results.RunSummary:
+        if self.alloc is None:
+            self.state = ledger.RunState.create(results_db=results.db_path(self.grid.results_dir))
+            self.state.update(meta={"kind": "slurm allocation"})
+            self.alloc = slurm.Allocation.obtain(self.size, self.grid.partition, self.state)
+        spec = resolve(cell.spec.replace(calibrate=calibrate), secrets.token_hex(3))
+        return slurm.run_cell(spec, node_args(cell, self.grid, calibrate), self.alloc, self.grid.dev, index)
+
+    def close(self) -> list[str]:
+        return self.state.undo() if self.state is not None else []
+
+
+def node_args(cell: Cell, grid: Grid, calibrate: bool) -> list[str]:
+    """The cell as 'gctestbed node' flags (the values as typed, so each host parses what the sweep did)."""
+    p = cell.params
+    args = ["--bw", p["bw"], "--latency", p["latency"], "--compressor", p["compressor"], "--workload", p["workload"],
+            "--batch-size", p["batch_size"], "--mode", p["mode"], "--optimizer", p.get("optimizer", OPTIONAL_AXES["optimizer"]),
+            "--comm", p.get("comm", OPTIONAL_AXES["comm"]), "--steps", str(grid.steps), "--lr", grid.lr,
+            "--eval-every", grid.eval_every, "--seed", grid.seed, "--bucket-cap-mb", grid.bucket_cap_mb,
+            "--timeout", grid.timeout, "--kernels", grid.kernels, "--device", grid.device,
+            "--backend", "nccl" if grid.device == "cuda" else "gloo", "--calibrate" if calibrate else "--no-calibrate"]
+    return args + (["--accept-miss"] if grid.accept_miss else [])

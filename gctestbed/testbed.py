@@ -83,7 +83,7 @@ def listing() -> list[dict]:
     rows = []
     for st in ledger.load_all():
         nodes = st.meta.get("nodes") or [o for o in st.objects if o["kind"] == "netns" and "-n" in o["name"]]
-        rows.append({"name": f"gct-{st.run_id}", "kind": "cluster" if st.persistent else "run",
+        rows.append({"name": f"gct-{st.run_id}", "kind": st.meta.get("kind") or ("cluster" if st.persistent else "run"),
                      "alive": st.persistent or st.owner_alive(), "nodes": len(nodes), "subnet": st.subnet,
                      "latency_impl": st.meta.get("latency_impl")})
     return rows

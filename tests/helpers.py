@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,3 +68,21 @@ def leftovers(run_id: str | None = None) -> list[str]:
     found = census(f"gct-{run_id}-" if run_id else "gct-")
     return [f"{'ledger file' if kind == 'ledgers' else kind} {item}" for kind, items in found.items() for item in items]
 
+
+@contextlib.contextmanager
+def bare_cluster(nodes: int):
+    """A cluster 'up' built, its nodes' eth0 handed back unshaped as a real host's NIC is (the
+    kernel's default qdisc): (its name, rank 0's address for the rendezvous); down afterwards."""
+    from gctestbed.launch.state import find
+    from gctestbed.net import namespaces, shaping
+    up = gctestbed("up", "--nodes", str(nodes), "--bw", "1gbit")
+    assert up.returncode == 0, up.stderr
+    name = up.stdout.strip().splitlines()[-1]
+    try:
+        state = find(name)
+        for node in state.meta["nodes"]:
+            with namespaces.iproute(node["netns"]) as ipr:
+                ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
+        yield name, state.meta["nodes"][0]["address"]
+    finally:
+        assert gctestbed("down", name).returncode == 0

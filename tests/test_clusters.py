@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import sqlite3
 import subprocess
@@ -13,7 +12,7 @@ import yaml
 
 from gctestbed.launch import compose, nodeenv
 from gctestbed.spec import UserError
-from helpers import gctestbed, show
+from helpers import bare_cluster, gctestbed, show
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -56,25 +55,6 @@ def test_nccl_refuses_nodes_sharing_a_gpu():
     nodeenv.check_nccl(2, 2)
 
 
-@contextlib.contextmanager
-def _bare_cluster(nodes: int):
-    """A cluster 'up' built, its nodes' eth0 handed back unshaped as a real host's NIC is (the
-    kernel's default qdisc): (its name, rank 0's address for the rendezvous); down afterwards."""
-    from gctestbed.launch.state import find
-    from gctestbed.net import namespaces, shaping
-    up = gctestbed("up", "--nodes", str(nodes), "--bw", "1gbit")
-    assert up.returncode == 0, up.stderr
-    name = up.stdout.strip().splitlines()[-1]
-    try:
-        state = find(name)
-        for node in state.meta["nodes"]:
-            with namespaces.iproute(node["netns"]) as ipr:
-                ipr.tc("del", index=ipr.link_lookup(ifname="eth0")[0], handle=shaping.ROOT, parent=0xFFFFFFFF)
-        yield name, state.meta["nodes"][0]["address"]
-    finally:
-        assert gctestbed("down", name).returncode == 0
-
-
 def _run_hosts(name: str, count: int, args: list[str], tmp_path) -> None:
     """'gctestbed node ARGS' on each of the cluster's first ``count`` nodes at once, each with its own
     store (tmp_path/hR); every host must finish well, and one that does not in 240 s fails the test
@@ -99,7 +79,7 @@ def test_a_parameter_server_host_joins_by_rendezvous_after_the_workers(tmp_path,
     """Three 'hosts' run 'gctestbed node --nnodes 2 --comm ps:servers=1': two train, the third (the
     last rank of the rendezvous) serves, and rank 0's store holds the workers' steps and the
     server's, with the servers' contract kept."""
-    with _bare_cluster(3) as (name, first):
+    with bare_cluster(3) as (name, first):
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--comm", "ps:servers=1", "--dev", "eth0", "--bw", "1gbit",
                 "--steps", "4", "--no-calibrate", "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
         _run_hosts(name, 3, args, tmp_path)
@@ -116,7 +96,7 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     """Two 'hosts' (the nodes of a cluster 'up' built, their eth0 handed back unshaped) each run
     'gctestbed node --bw 200mbit': each shapes its NIC, the hosts calibrate their paths, train, and
     rank 0's store holds the whole run with every field a netns run of the same job fills."""
-    with _bare_cluster(2) as (name, first):
+    with bare_cluster(2) as (name, first):
         args = ["--rdzv", f"{first}:29400", "--nnodes", "2", "--dev", "eth0", "--bw", "200mbit", "--steps", "4",
                 "--run-id", "job1", "--workload", "mlp:width=256,depth=2,input_dim=64"]
         _run_hosts(name, 2, args, tmp_path)

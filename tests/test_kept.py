@@ -16,6 +16,8 @@ import pytest
 
 from gctestbed import flags, results, sweep
 from gctestbed.launch import forkserver
+from gctestbed.net import topology
+from gctestbed.net.cable import Cable
 from helpers import SMALL, leftovers, show
 
 
@@ -134,3 +136,30 @@ def test_a_fork_servers_worker_reports_its_exit_like_popen(tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def _built(spec, impl: str) -> topology.Network:
+    """A Network as topology.build describes one, without making it (fits reads only this)."""
+    topo = spec.network()
+    switches = {name: f"p-sw{i}" for i, name in enumerate(topo.switches)}
+    cables = [Cable(f"p-n{r}", "eth0", switches[a.switch], f"p-p{r}", a.hop) for r, a in enumerate(topo.nodes)]
+    cables += [Cable(switches[t.a], f"p-t{j}a", switches[t.b], f"p-t{j}b", t.hop) for j, t in enumerate(topo.trunks)]
+    nodes = [topology.NodePort(r, f"p-n{r}", f"198.18.0.{r + 1}", switches[a.switch], f"p-p{r}")
+             for r, a in enumerate(topo.nodes)]
+    return topology.Network(prefix="p", impl=impl, tcp_buffers={}, switches=switches, nodes=nodes, cables=cables)
+
+
+def test_a_built_network_fits_cells_that_differ_only_in_their_links():
+    plain = _built(flags.build_spec(nodes="4", bw="100mbit"), "none")
+    assert topology.fits(plain, flags.build_spec(nodes="4", bw="1gbit").network(), "auto")
+    assert topology.fits(plain, flags.build_spec(nodes="4", bw="10mbit", bw_down="5mbit").network(), "auto")
+    assert not topology.fits(plain, flags.build_spec(nodes="3", bw="100mbit").network(), "auto")
+    assert not topology.fits(plain, flags.build_spec(nodes="4", latency="5ms").network(), "auto")   # a delay line needed
+    delayed = _built(flags.build_spec(nodes="4", latency="5ms"), "delayline")
+    assert topology.fits(delayed, flags.build_spec(nodes="4", latency="20ms", jitter="1ms", bw="1gbit").network(), "auto")
+    assert not topology.fits(delayed, flags.build_spec(nodes="4").network(), "auto")      # no delay: veth, no relay
+    assert topology.fits(delayed, flags.build_spec(nodes="4").network(), "delayline")    # unless asked for by name
+    assert not topology.fits(delayed, flags.build_spec(nodes="4", latency="5ms", loss="1").network(), "auto")  # offloads
+    netem = _built(flags.build_spec(nodes="2", latency="5ms"), "netem")
+    assert topology.fits(netem, flags.build_spec(nodes="2", latency="9ms").network(), "auto")
+    assert not topology.fits(netem, flags.build_spec(nodes="2").network(), "auto")

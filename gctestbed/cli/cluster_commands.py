@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -36,8 +37,9 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
           mode, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb, timeout, results_dir, backend,
           device, run_id):
     """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md).
-    The training flags and their defaults are run's."""
+    The training flags and their defaults are run's; '{host}' in --results is this host's name."""
     from ..launch import hosts
+    results_dir = results_dir.replace("{host}", os.uname().nodename)     # one store per host under a shared directory
     if bw and not dev:
         raise SpecError("--bw shapes an interface: name it with --dev.")
     spec = flags.build_spec(nodes=nnodes, bw=bw or flags.DEFAULTS["bw"], latency=latency, jitter=jitter, loss=loss,

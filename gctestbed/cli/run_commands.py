@@ -98,8 +98,12 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--bucket-cap-mb", default=None, help="DDP bucket size in MB (preset's, else 25).")
 @click.option("--kernels", "kernel_mode", type=click.Choice(KERNEL_MODES), default=flags.DEFAULTS["kernels"],
               show_default=True, help="Compressor kernels, as for run.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default=flags.DEFAULTS["launcher"], show_default=True,
-              help="Where the nodes run, as for run.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS + ("slurm",)), default=flags.DEFAULTS["launcher"], show_default=True,
+              help="Where the nodes run, as for run; slurm: each cell one srun step across that many hosts of an "
+                   "allocation, each host running 'gctestbed node' (docs/clusters.md).")
+@click.option("--partition", default=None, help="--launcher slurm: the partition to allocate the hosts in.")
+@click.option("--dev", default="eth0", show_default=True,
+              help="--launcher slurm: each host's interface to shape with the cell's link (and to pin Gloo/NCCL to).")
 @click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="The optimizer's learning rate.")
 @click.option("--eval-every", default=flags.DEFAULTS["eval_every"], show_default=True,
               help="Evaluate every N steps, for time to accuracy (0: after the last step only).")
@@ -115,12 +119,13 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
                    "that fit keep the network, re-shaped, and fork workers from each node's pre-imported server).")
 @cpus_option
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
-def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
+def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition, dev, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
           fresh_nodes, cpus_per_node, results_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
-                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir, keep=not fresh_nodes)
+                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir, keep=not fresh_nodes,
+                  partition=partition, dev=dev)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
     for axis, given in axes.items():

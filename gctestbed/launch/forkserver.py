@@ -125,6 +125,8 @@ def serve(socket_path: str) -> None:
     from ..comm import local, ps, server  # noqa: F401
     from ..net import namespaces  # noqa: F401
     from . import cpushare  # noqa: F401
+    from .. import kernels
+    kernels.load("native")        # the compressors' C++ kernels, built or loaded once (a worker otherwise loads them)
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

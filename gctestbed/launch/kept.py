@@ -2,14 +2,16 @@
 following cell that fits them, and one fork server for every node of every cell, so a cell pays
 for its own steps and calibration and not for building a network and starting interpreters.
 
-A cell fits when only its links differ (rates, delays: re-shaped in place) or nothing does;
-other node counts, topologies, CPU caps, a change between delay and none, faults and users'
-programs get a network of their own (the kept one is removed first). Each cell is still a run
-of its own in the store, with its own ledger for its workers, which are forked fresh by the
-fork server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
+A cell fits when only its links differ (rates, delays: re-shaped in place) or nothing does. A
+cell with another node count, topology or CPU cap, or a change between some delay and none,
+replaces the kept network with one of its own; cells with faults, on docker or running a user's
+program cannot use one at all and build theirs as a lone run does. Each cell is still a run of
+its own in the store, with its own ledger for its workers, which are forked fresh by the fork
+server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
 before them but imported code. The kept network and the fork server have ledgers of their own,
-owned by the sweep, so 'gctestbed clean' removes them if the sweep dies. Counters the kernel and the delay line keep (qdiscs,
-throttling) run on across cells: a cell's are the difference over its own run.
+owned by the sweep, so 'gctestbed clean' removes them if the sweep dies. Counters the kernel and
+the delay line keep (qdiscs, throttling) run on across cells: a cell's are the difference over
+its own run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from pyroute2.netlink.exceptions import NetlinkError
 
 from ..net import delayline, topology
 from ..session import read_text
@@ -63,15 +67,20 @@ class KeptNetwork:
 
     def prepare(self, spec: RunSpec) -> list[Node]:
         """The nodes, with the links of ``spec``: re-shaped when it fits, else built anew."""
+        reshaped = False
         if self.fits(spec):
-            self.cluster.spec = self.cluster.shaped.spec = spec
-            topology.reshape(self.cluster.network, spec.network())
-        else:
+            try:
+                topology.reshape(self.cluster.network, spec.network())
+                self.cluster.spec = self.cluster.shaped.spec = spec
+                reshaped = True
+            except (OSError, RuntimeError, NetlinkError):   # the cell before broke it (a dead delay line): build anew
+                pass
+        if not reshaped:
             problems = self._remove_network()
             if problems:
                 raise RuntimeError("the network of the cells before could not be removed: " + "; ".join(problems))
             self.cluster = NetnsCluster(spec, RunState.create())
-            self.cluster.state.update(meta={"kept_by_sweep": True})
+            self.cluster.state.update(meta={"kind": "kept network"})     # as 'gctestbed ls' shows it
             self.nodes = self.cluster.up()
             self.cells = 0
         if self.socket is None:
@@ -104,7 +113,7 @@ class KeptNetwork:
     def _start_server(self) -> None:
         """The fork server, in this host's namespace (each worker enters its node's)."""
         self._server = RunState.create()
-        self._server.update(meta={"kept_by_sweep": True})
+        self._server.update(meta={"kind": "fork server"})
         directory = os.path.join(tempfile.gettempdir(), f"gct-{self._server.run_id}-server")
         self._server.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
@@ -121,8 +130,8 @@ class KeptNetwork:
 
 
 class Lent:
-    """One cell's launcher on a kept network (launch.protocol.Launcher): its workers are forked by
-    the nodes' servers and are all this cell owns and removes."""
+    """One cell's launcher on a kept network (launch.protocol.Launcher): its workers, forked by the
+    fork server, are all this cell owns and removes."""
 
     launcher = "netns"
     check_host = staticmethod(NetnsCluster.check_host)
@@ -154,7 +163,7 @@ class Lent:
                 **({"cpu_shares": since["cpu_shares"]} if since["cpu_shares"] else {})}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
-        """Fork our worker (``python -m gctestbed.worker SPEC``) from the node's server."""
+        """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU share."""
         if argv[1:3] != ["-m", "gctestbed.worker"]:
             raise ValueError(f"a kept network forks only gctestbed's worker, not {argv}")
         env = {**os.environ, **(extra_env or {}), **self.kept.cluster.shaped.node_env(node)}

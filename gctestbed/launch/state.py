@@ -83,7 +83,7 @@ class RunState:
 
     def add(self, kind: str, **where) -> None:
         """Record an object (``netns``, ``link``, ``qdisc``, ``process``, ``container``, ``cgroup``,
-        ``dir``) before creating it.
+        ``dir``, ``slurm-job``) before creating it (a Slurm job just after: its id comes with it).
 
         A process is recorded just after it starts (its pid is needed), with its start time, so a
         later teardown never signals another process that reused the pid.
@@ -136,6 +136,8 @@ class RunState:
                     cpushare.remove(obj["name"])
                 elif kind == "dir":
                     shutil.rmtree(obj["name"], ignore_errors=True)
+                elif kind == "slurm-job":
+                    _cancel_job(obj["name"])
             except OSError as e:
                 problems.append(f"{kind} {obj['name']}: {e}")
         leftover = [n for n in netns_names if namespaces.exists(n)]
@@ -169,6 +171,15 @@ def _remove_container(name: str) -> None:
         pass
     except DockerException as e:
         raise OSError(f"docker: {e}") from None
+
+
+def _cancel_job(job_id: str) -> None:
+    """End a Slurm allocation this run made (gone already is fine)."""
+    import subprocess
+    try:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise OSError(f"scancel {job_id}: {e}") from None
 
 
 def _kill_processes(procs: list[psutil.Process], grace_s: float = 2.0) -> None:

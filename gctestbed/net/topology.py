@@ -172,16 +172,16 @@ def _static_neighbours(network: Network) -> None:
 
 
 def fits(network: Network, topo: TopologySpec, latency_impl: str, lossy: frozenset[int] = frozenset()) -> bool:
-    """Whether ``reshape`` can give ``network`` the links of ``topo``: the same switches, nodes
-    and trunks, delay made the same way (or not at all, in both), and each cable's packets as they
-    were (offloads and netem leaves are settled when a cable is made)."""
+    """Whether ``reshape`` can give ``network`` (built with the same ``latency_impl``) the links
+    of ``topo``: the same switches, nodes and trunks, delay made by the same means or, in both, not
+    at all, and each cable's packets as they were (offloads and netem leaves are settled when a
+    cable is made)."""
     hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
-    if (list(network.switches), [n.switch for n in topo.nodes]) != (topo.switches, [network_switch(network, p) for p in network.nodes]) \
-            or len(hops) != len(network.cables):
+    if list(network.switches) != topo.switches or len(hops) != len(network.cables) or \
+            [n.switch for n in topo.nodes] != [network_switch(network, p) for p in network.nodes]:
         return False
-    wanted = "delayline" if latency_impl == "delayline" else \
-        "none" if not lossy and not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba)) else network.impl
-    if wanted != network.impl or network.impl not in ("none", "delayline") and latency_impl not in ("auto", network.impl):
+    undelayed = latency_impl != "delayline" and not lossy and not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba))
+    if undelayed != (network.impl == "none"):
         return False
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         if (c.lossy, _unsegmented(c.hop)) != (i in lossy, _unsegmented(hop)) or \
