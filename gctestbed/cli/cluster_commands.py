@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -39,6 +40,7 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
     """Be one node of a multi-host run: shape --dev, join the rendezvous, train, unshape (see docs/clusters.md).
     The training flags and their defaults are run's; '{host}' in --results is this host's name."""
     from ..launch import hosts
+    signal.signal(signal.SIGTERM, _interrupt)     # a scheduler ending the job (scancel, srun) still gets the NIC back
     results_dir = results_dir.replace("{host}", os.uname().nodename)     # one store per host under a shared directory
     if bw and not dev:
         raise SpecError("--bw shapes an interface: name it with --dev.")
@@ -53,6 +55,10 @@ def node_(rdzv, nnodes, dev, bw, latency, jitter, loss, force, calibrate, accept
     if error:
         click.echo(f"gctestbed: node of run {spec.run_id} failed: {error}", err=True)
     sys.exit(0 if status == 0 and error is None else 1)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @main.command(name="compose")

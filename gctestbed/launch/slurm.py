@@ -26,6 +26,7 @@ from ..spec import RunSpec, UserError
 from .state import RunState
 
 RDZV_PORT = 29400
+STOP_S = 60          # how long an interrupted step's hosts get to unshape and end
 
 
 class Allocation:
@@ -72,16 +73,24 @@ def run_cell(spec: RunSpec, node_args: list[str], alloc: Allocation, dev: str, i
     log = os.path.join(base, "runs", f"slurm-{spec.run_id}.log")
     os.makedirs(os.path.dirname(log), exist_ok=True)
     argv = ["srun", "--jobid", alloc.job_id, "--nodes", str(len(hosts)), "--ntasks", str(len(hosts)),
-            "--ntasks-per-node", "1", "--nodelist", ",".join(hosts), "--kill-on-bad-exit=1", "--quit-on-interrupt",
+            "--ntasks-per-node", "1", "--nodelist", ",".join(hosts), "--kill-on-bad-exit=1",
             sys.executable, "-m", "gctestbed.cli", "node", "--rdzv", rdzv, "--nnodes", str(spec.nodes), "--dev", dev,
             "--run-id", spec.run_id, "--results", os.path.join(base, "hosts", "{host}"), *node_args]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # a session of its own: a Ctrl-C meant for the sweep must not reach srun, whose answer to
+        # it (and to SIGTERM) is to kill the step outright, before the hosts can put their NICs back
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
             code = proc.wait()
         except BaseException:
-            proc.terminate()            # srun ends the step on the hosts, which unshape their NICs
-            proc.wait()
+            # SIGTERM to the step's tasks (not the job): every host's node unshapes and ends, then srun
+            subprocess.run(["scancel", "--signal=TERM", alloc.job_id], capture_output=True, timeout=30)
+            try:
+                proc.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             raise
     conn = results.connect(spec.results_dir)
     try:
