@@ -14,7 +14,8 @@ thread pool or Gloo state is forked.
 and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH,
 "netns": NAME, "cgroup": PATH}`` (the last two may be null) and reads ``{"pid": N}``, then, when
 the worker ends, ``{"exit": CODE}`` (negative: killed by that signal, as Popen has it). ``Forked``
-is that client, shaped like Popen for the runner. The server ends when its parent (the sweep)
+is that client, shaped like Popen for the runner (``load_kernels`` asks the server to load the
+native kernels first). The server ends when its parent (the sweep)
 does, killing the workers it still has.
 """
 
@@ -26,6 +27,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 
@@ -34,7 +36,7 @@ TICK_S = 1.0         # how often the server looks for its parent's death while i
 
 
 class Forked:
-    """One worker forked by a node's server; ``poll``, ``wait`` and ``pid`` as Popen's."""
+    """One worker forked by the fork server; ``poll``, ``wait`` and ``pid`` as Popen's."""
 
     def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str,
                  netns: str | None = None, cgroup: str | None = None):
@@ -59,7 +61,7 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
             if timeout is not None and not select.select([self._sock], [], [], timeout)[0]:
-                raise TimeoutError(f"worker {self.pid} still runs")
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
             self._ended()
         return self.returncode
 
@@ -118,6 +120,23 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
+def load_kernels(socket_path: str) -> bool:
+    """Have the server load the native compressor kernels, so workers forked from then on have
+    them (each would otherwise load them itself); whether they loaded. Asked for only once the
+    sweep's own process has them, built and fresh, so the server never builds."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(socket_path)
+        s.sendall(json.dumps({"load": "kernels"}).encode() + b"\n")
+        reply = s.makefile("rb").readline()
+    return bool(reply and json.loads(reply).get("loaded"))
+
+
+def _load_kernels(conn: socket.socket) -> None:
+    from .. import kernels
+    with conn:
+        conn.sendall(json.dumps({"loaded": kernels.load("native") is not None}).encode() + b"\n")
+
+
 def serve(socket_path: str) -> None:
     import torch  # noqa: F401 - imported once here, inherited by every worker
     import torch._dynamo  # noqa: F401 - DDP's constructor imports it lazily: 1.4 s of CPU per worker otherwise
@@ -125,8 +144,6 @@ def serve(socket_path: str) -> None:
     from ..comm import local, ps, server  # noqa: F401
     from ..net import namespaces  # noqa: F401
     from . import cpushare  # noqa: F401
-    from .. import kernels
-    kernels.load("native")        # the compressors' C++ kernels, built or loaded once (a worker otherwise loads them)
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -148,6 +165,9 @@ def serve(socket_path: str) -> None:
             if listener in readable:
                 conn, _ = listener.accept()
                 request = json.loads(conn.makefile("rb").readline() or b"{}")
+                if request.get("load") == "kernels":
+                    _load_kernels(conn)
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()

@@ -46,6 +46,7 @@ class KeptNetwork:
         self.nodes: list[Node] = []
         self.cells = 0                          # cells the network served since it was built
         self.socket: str | None = None          # the fork server's
+        self.kernels = False                    # whether the fork server has loaded the native kernels
         self._server: RunState | None = None    # the fork server's ledger: its process and directory
 
     @staticmethod
@@ -85,6 +86,8 @@ class KeptNetwork:
             self.cells = 0
         if self.socket is None:
             self._start_server()
+        if spec.kernels == "native" and not self.kernels:      # resolved: this process has them, fresh
+            self.kernels = forkserver.load_kernels(self.socket)
         self.spec = spec
         self.cells += 1
         return self.nodes
@@ -100,7 +103,7 @@ class KeptNetwork:
         problems = self._remove_network()
         if self._server is not None:
             problems += self._server.undo()
-            self._server, self.socket = None, None
+            self._server, self.socket, self.kernels = None, None, False
         return problems
 
     def _remove_network(self) -> list[str]:
