@@ -58,7 +58,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     cluster = None
     laps, phases = Laps(), {}         # where the run's wall time went (see results.RunSummary.phases)
     try:
-        with _signals_raise():
+        with signals_raise():
             spec = resolve(spec, state.run_id, on_phase)
             cluster = kept.lend(spec, state) if kept is not None and kept.takes(spec) else launcher(spec, state)
             session = Session(spec)
@@ -246,7 +246,7 @@ def _at_step(recorder: results.Recorder | None, spec: RunSpec) -> str:
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
+def signals_raise() -> Iterator[None]:
     """SIGINT and SIGTERM become Interrupted, so teardown runs in the finally of the caller.
 
     Only in this process: pyroute2 forks helpers (to open sockets inside namespaces) and

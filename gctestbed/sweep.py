@@ -177,7 +177,8 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
             if hosts is not None:
-                summary = hosts.run(cell, measure, index)
+                with runner.signals_raise():        # as a run's: Ctrl-C and SIGTERM stop the step, even where
+                    summary = hosts.run(cell, measure, index)   # the sweep was started with SIGINT ignored
             else:
                 summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
             if measure and not summary.calibration_missed:

@@ -78,9 +78,10 @@ def test_cells_on_a_kept_network_train_and_count_as_cells_on_their_own(tmp_path,
         # the kernel's count of the cell's own bytes, not of every cell so far on that network
         assert _sent(k) == pytest.approx(_sent(f), rel=0.25)
         assert _sent(k) >= sum(r["tx_bytes"] for r in k["steps_rows"] if r["rank"] == 0)
-    # forked workers skip the interpreter and imports: later cells' fixed cost is under a second
-    assert max(s["phases"]["fixed_s"] for s in kept[1:]) < 1.0
-    assert sorted(s["phases"]["fixed_s"] for s in fresh)[1] > max(s["phases"]["fixed_s"] for s in kept[1:])
+    # forked workers skip the interpreter and imports: later cells cost a fraction of a fresh cell's fixed
+    # cost (0.6-0.7 s against 3-4 s here; once 1.3 s in a full CI run)
+    fresh_fixed = sorted(s["phases"]["fixed_s"] for s in fresh)
+    assert max(s["phases"]["fixed_s"] for s in kept[1:]) < 0.6 * fresh_fixed[len(fresh_fixed) // 2]
     _no_ledgers(state_dir)
 
 
