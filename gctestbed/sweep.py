@@ -123,6 +123,9 @@ def plan(grid: Grid) -> list[Cell]:
         raise SpecError("--repeat and --steps must be at least 1.")
     if grid.calibrate not in CALIBRATE:
         raise SpecError(f"--calibrate must be one of {', '.join(CALIBRATE)}.")
+    if grid.launcher == "slurm" and flags.build_spec(cpus_per_node=grid.cpus_per_node).cpus_per_node:
+        raise SpecError("--cpus-per-node shares one host's cores among its nodes; with --launcher slurm every node is "
+                        "a host of its own: leave it out.")
     axes = {**{k: [v] for k, v in OPTIONAL_AXES.items()}, **grid.axes}
     for axis in AXES:
         if not axes.get(axis):
@@ -198,7 +201,8 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
         if kept is not None:
             counts["kept_teardown_s"] = laps.lap()
     if problems:
-        raise RuntimeError("the sweep's kept network could not be removed (run 'gctestbed clean'): " + "; ".join(problems))
+        raise RuntimeError("what the sweep kept (its network, fork server or Slurm allocation) could not all be removed "
+                           "(run 'gctestbed clean'): " + "; ".join(problems))
     return counts
 
 

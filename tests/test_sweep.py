@@ -155,3 +155,18 @@ def test_comm_is_an_axis_that_leaves_older_grids_names_and_cells_as_they_were(tm
         sweep.plan(_grid(tmp_path, comm=["localsgd"]))
     with pytest.raises(SpecError, match="unknown --comm scheme 'ring'"):
         sweep.plan(_grid(tmp_path, comm=["ring"]))
+
+
+def test_a_slurm_sweep_takes_its_cells_to_gctestbed_node_as_typed(tmp_path):
+    """Each host parses the cell's own words (launch/slurm.py); a CPU share per node means nothing
+    when every node is a host of its own, and is refused before anything runs."""
+    g = _grid(tmp_path, compressor=["topk:ratio=0.01"], optimizer=["adam:beta2=0.98"])
+    g.launcher = "slurm"
+    cell = sweep.plan(g)[0]
+    args = sweep.node_args(cell, g, calibrate=False)
+    flags_given = dict(zip(args[::2], args[1::2]))
+    assert flags_given["--compressor"] == "topk:ratio=0.01" and flags_given["--optimizer"] == "adam:beta2=0.98"
+    assert flags_given["--bw"] == "1gbit" and flags_given["--steps"] == "3" and args[-1] == "--no-calibrate"
+    assert cell.spec.launcher == "netns"          # as 'gctestbed node' builds its spec
+    with pytest.raises(SpecError, match="every node is a host of its own"):
+        sweep.plan(sweep.Grid(axes=g.axes, launcher="slurm", cpus_per_node="0.5", results_dir=str(tmp_path)))
