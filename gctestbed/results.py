@@ -400,9 +400,13 @@ def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]])
         for part in exported:
             for table in RANK_TABLES:
                 for row in part.get(table, []):
-                    cols = ", ".join(row)
-                    conn.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})",
-                                 tuple(row.values()))
+                    _insert_new(conn, table, row)
+
+
+def _insert_new(conn: sqlite3.Connection, table: str, row: dict) -> None:
+    """Add ``row`` to ``table`` unless a row with its key is there already."""
+    conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                 tuple(row.values()))
 
 
 RUN_TABLES = ("runs", "evals", "calibrations", "faults") + RANK_TABLES     # every table a run's rows live in
@@ -416,9 +420,7 @@ def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, run_id: str) -> b
     with dst:
         for table in RUN_TABLES:
             for row in src.execute(f"SELECT * FROM {table} WHERE run_id=?", (run_id,)):
-                row = dict(row)
-                dst.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                            tuple(row.values()))
+                _insert_new(dst, table, dict(row))
     return True
 
 

@@ -108,6 +108,14 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     assert len({k["ledger"] for k in kept[:4]}) == 1 and [k["cell"] for k in kept[:4]] == [1, 2, 3, 4]
     assert kept[4]["ledger"] != kept[0]["ledger"] and kept[4]["cell"] == 1 and kept[5]["cell"] == 2
     assert summaries[4]["environment"]["shaping"]["latency_impl"] == "none"
+    # the delay line's count of the cell's frames (its own counter, read through its stdin) against the
+    # kernel's htb counter on the same egress: the same bytes, both over this cell alone
+    for s in summaries[:4]:
+        stats = s["environment"]["qdisc_stats"]
+        egress = next(k for k in stats["qdiscs"] if k.endswith("-n0/eth0"))
+        htb = stats["qdiscs"][egress]["classes"][0]["sent_bytes"]
+        relayed = stats["delay_lines"][f"{egress} ab"]["bytes_in"]
+        assert htb > 1e6 and 0.95 < relayed / htb < 1.05, (relayed, htb)
     _no_ledgers(state_dir)
 
 

@@ -42,7 +42,6 @@ class KeptNetwork:
 
     def __init__(self):
         self.cluster: NetnsCluster | None = None
-        self.spec: RunSpec | None = None        # the cell it was built or last re-shaped for
         self.nodes: list[Node] = []
         self.cells = 0                          # cells the network served since it was built
         self.socket: str | None = None          # the fork server's
@@ -56,8 +55,8 @@ class KeptNetwork:
 
     def fits(self, spec: RunSpec) -> bool:
         """Whether the network built now serves ``spec`` once re-shaped."""
-        old = self.spec
-        return self.cluster is not None and self.takes(spec) and \
+        old = self.cluster and self.cluster.spec          # the cell it was built or last re-shaped for
+        return old is not None and self.takes(spec) and \
             (old.world, old.nodes, old.cpus_per_node, old.latency_impl, old.seed) == \
             (spec.world, spec.nodes, spec.cpus_per_node, spec.latency_impl, spec.seed) and \
             topology.fits(self.cluster.network, spec.network(), spec.latency_impl)
@@ -88,7 +87,6 @@ class KeptNetwork:
             self._start_server()
         if spec.kernels == "native" and not self.kernels:      # resolved: this process has them, fresh
             self.kernels = forkserver.load_kernels(self.socket)
-        self.spec = spec
         self.cells += 1
         return self.nodes
 
@@ -110,7 +108,7 @@ class KeptNetwork:
         if self.cluster is None:
             return []
         problems = self.cluster.down()
-        self.cluster, self.spec, self.nodes = None, None, []
+        self.cluster, self.nodes = None, []
         return problems
 
     def _start_server(self) -> None:
@@ -155,14 +153,15 @@ class Lent:
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
         raise RuntimeError("a kept network takes no faults (KeptNetwork.takes)")
 
-    def describe(self) -> dict:
-        return {**self.kept.cluster.describe(), "kept_network": {"ledger": self.kept.cluster.state.run_id,
-                                                                 "cell": self.kept.cells}}
+    def describe(self, qdiscs: dict | None = None) -> dict:
+        """The network's description with the qdiscs read when the cell started (or ``qdiscs``)."""
+        return {**self.kept.cluster.shaped.describe(self._before["qdiscs"] if qdiscs is None else qdiscs),
+                "kept_network": {"ledger": self.kept.cluster.state.run_id, "cell": self.kept.cells}}
 
     def final_counters(self) -> dict:
         """As a network of its own would report them: this cell's counts only."""
         since = _since(self._before, self.kept.counters())
-        return {**self.describe(), "qdiscs": since["qdiscs"], "delay_lines": since["delay_lines"],
+        return {**self.describe(since["qdiscs"]), "delay_lines": since["delay_lines"],
                 **({"cpu_shares": since["cpu_shares"]} if since["cpu_shares"] else {})}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):

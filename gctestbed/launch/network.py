@@ -33,11 +33,13 @@ class Shaped:
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
         faults.apply(self.network, rank, kind, active, pct)
 
-    def describe(self) -> dict:
+    def describe(self, qdiscs: dict | None = None) -> dict:
+        """How delay is made, the TCP buffers, and the qdiscs as the kernel reports them now (or
+        ``qdiscs``, read already by the caller)."""
         if self.network is None:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
-                "qdiscs": self.network.describe()}
+                "qdiscs": self.network.describe() if qdiscs is None else qdiscs}
 
     def final_counters(self) -> dict:
         if self.network is None:

@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
@@ -175,7 +176,6 @@ def _remove_container(name: str) -> None:
 
 def _cancel_job(job_id: str) -> None:
     """End a Slurm allocation this run made (gone already is fine)."""
-    import subprocess
     try:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -81,7 +81,7 @@ def choose_impl(requested: str, topo: TopologySpec, probe_ns: str, record: Recor
     netem, probed on a scratch link)."""
     if requested == "delayline":
         return "delayline"
-    hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
+    hops = _hops(topo)
     if not loss_later and not any(cable.impaired(d) for h in hops for d in (h.ab, h.ba)):
         return "none"
     has_netem = probe.qdisc_available(probe_ns, "netem", record)
@@ -140,10 +140,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.addr("add", index=index, address=address, prefixlen=net.prefixlen)
             ipr.link("set", index=index, state="up")
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-        limit = tcp_buffer_bytes(topo, rank)
-        namespaces.write_sysctl(c.a_ns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
-        namespaces.write_sysctl(c.a_ns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
-        network.tcp_buffers[c.a_ns] = limit
+        _size_tcp_buffers(network, c.a_ns, tcp_buffer_bytes(topo, rank))
         network.nodes.append(NodePort(rank, c.a_ns, address, c.b_ns, c.b_if))
     for c in network.cables[len(topo.nodes):]:
         _bridge(c.a_ns, prefix, c.a_if)
@@ -176,7 +173,7 @@ def fits(network: Network, topo: TopologySpec, latency_impl: str, lossy: frozens
     of ``topo``: the same switches, nodes and trunks, delay made by the same means or, in both, not
     at all, and each cable's packets as they were (offloads and netem leaves are settled when a
     cable is made)."""
-    hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
+    hops = _hops(topo)
     if list(network.switches) != topo.switches or len(hops) != len(network.cables) or \
             [n.switch for n in topo.nodes] != [network_switch(network, p) for p in network.nodes]:
         return False
@@ -202,7 +199,7 @@ def reshape(network: Network, topo: TopologySpec) -> None:
     """Give a built network the links of ``topo`` in place (it ``fits``): every egress's htb class
     and netem leaf changed, the delay line retuned, the nodes' TCP buffers sized anew. What the
     kernel holds stays: namespaces, devices, addresses, neighbour tables, qdisc counters."""
-    hops = [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
+    hops = _hops(topo)
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         c.hop = hop
         for ns, ifname, d in ((c.a_ns, c.a_if, hop.ab), (c.b_ns, c.b_if, hop.ba)):
@@ -212,10 +209,19 @@ def reshape(network: Network, topo: TopologySpec) -> None:
             delayline.retune(network.relay, i, "ab", hop.ab)
             delayline.retune(network.relay, i, "ba", hop.ba)
     for port in network.nodes:
-        limit = tcp_buffer_bytes(topo, port.rank)
-        namespaces.write_sysctl(port.netns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
-        namespaces.write_sysctl(port.netns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
-        network.tcp_buffers[port.netns] = limit
+        _size_tcp_buffers(network, port.netns, tcp_buffer_bytes(topo, port.rank))
+
+
+def _size_tcp_buffers(network: Network, ns: str, limit: int) -> None:
+    """Let a node's sockets hold ``limit`` bytes (tcp_buffer_bytes), and remember it for the run's record."""
+    namespaces.write_sysctl(ns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
+    namespaces.write_sysctl(ns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
+    network.tcp_buffers[ns] = limit
+
+
+def _hops(topo: TopologySpec) -> list:
+    """Every cable's hop in the order ``build`` makes the cables: the nodes' by rank, then the trunks."""
+    return [n.hop for n in topo.nodes] + [t.hop for t in topo.trunks]
 
 
 def _unsegmented(hop) -> bool:
