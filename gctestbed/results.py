@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from .spec import LOCAL_COMMS, RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s")
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     wall_s       REAL,           -- and the wall time it lived
     rss_bytes    INTEGER,        -- its peak resident set (the kernel's ru_maxrss)
     pss_bytes    INTEGER,        -- at its end, its proportional share of the pages it maps (shared pages split)
+    uss_bytes    INTEGER,        -- at its end, the pages only it maps (what its exit would free)
     PRIMARY KEY (run_id, rank)
 );
 CREATE TABLE IF NOT EXISTS evals (         -- held-out loss and accuracy during training (rank 0's replica)
@@ -255,7 +256,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("steps", "tail_tx_bytes", "INTEGER"), ("nodes", "eval_samples", "INTEGER"),
                                 ("steps", "push_s", "REAL"), ("steps", "pull_s", "REAL"), ("steps", "sync_s", "REAL"),
                                 ("nodes", "role", "TEXT"), ("nodes", "cpu_s", "REAL"), ("nodes", "wall_s", "REAL"),
-                                ("nodes", "rss_bytes", "INTEGER"), ("nodes", "pss_bytes", "INTEGER")):
+                                ("nodes", "rss_bytes", "INTEGER"), ("nodes", "pss_bytes", "INTEGER"),
+                                ("nodes", "uss_bytes", "INTEGER")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -306,7 +308,7 @@ class Recorder:
             self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
             for key, value in fields.items():
                 if key not in ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
-                               "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes"):
+                               "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes", "uss_bytes"):
                     raise KeyError(key)
                 self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
 
@@ -712,7 +714,7 @@ def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
     cores = env.get("cpus")
     per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
                  "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None,
-                 "rss_bytes": r["rss_bytes"], "pss_bytes": r["pss_bytes"]}
+                 "rss_bytes": r["rss_bytes"], "pss_bytes": r["pss_bytes"], "uss_bytes": r["uss_bytes"]}
                 for r in nodes]
     return {"cpus_per_node": spec.cpus_per_node, "host_cpus": cores,
             "contended": bool(cores and spec.world > cores and not spec.cpus_per_node), "nodes": per_node,

@@ -164,10 +164,10 @@ def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> NoReturn
     two-host run; in CI the same run's other host then hung. After the last barrier every rank
     has all it needs from the others, so nothing is lost by leaving at once."""
     me = psutil.Process()
-    cpu = me.cpu_times()
+    cpu, memory = me.cpu_times(), me.memory_full_info()
     recorder.node(rank, role="server" if rank >= spec.nodes else "worker", wall_s=time.time() - me.create_time(),
                   cpu_s=cpu.user + cpu.system + cpu.children_user + cpu.children_system,
-                  rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, pss_bytes=me.memory_full_info().pss)
+                  rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, pss_bytes=memory.pss, uss_bytes=memory.uss)
     if os.environ.get(GATHER_ENV) == "1" and world > 1:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(results.export_rank(recorder.conn, spec.run_id, rank), gathered, dst=0)
