@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .spec import LOCAL_COMMS, RunSpec, UserError
+from ..spec import LOCAL_COMMS, RunSpec, UserError
 
 DB_NAME = "gctestbed.sqlite"
 SCHEMA_VERSION = 12
@@ -460,7 +460,7 @@ def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_n
     """The run's steps against its method's contract (gctestbed.contracts; over the ring, or
     pushed to parameter servers), or None for a run that recorded no exchanges (a user's script
     that never installed gctestbed's hook)."""
-    from . import contracts
+    from .. import contracts
     exchanges = exchanges_of(conn, run_id)
     if not exchanges:
         return None
