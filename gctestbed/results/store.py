@@ -1,25 +1,21 @@
-"""The results store: one SQLite file per results directory, shared by the runner and all workers.
+"""The store itself: its file, schema and migrations, opening it, and every SQL statement.
 
-WAL mode lets every worker commit its steps while the runner reads progress, and each step is
-its own transaction, so a node that dies loses nothing it had recorded. Analysis reads only this
-store, never logs, so a report can be rebuilt at any time.
+One SQLite file per results directory, shared by the runner and all workers. WAL mode lets every
+worker commit its steps while the runner reads progress. This module is the one owner of the
+store's SQL: the Recorder (results.recorder), the summaries (results.summary) and every other
+room call its functions and never write a statement of their own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import math
 import os
 import shutil
 import sqlite3
-import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
-from ..spec import LOCAL_COMMS, RunSpec, UserError
+from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
 SCHEMA_VERSION = 12
@@ -266,103 +262,112 @@ def _migrate(conn: sqlite3.Connection) -> None:
                     raise
 
 
-class Recorder:
-    """Writes one run's rows. The runner owns the run row; each worker writes its own steps."""
+# --- one run's writes (results.recorder.Recorder calls these inside its transaction) ---
 
-    def __init__(self, results_dir: str, run_id: str):
-        self.conn = connect(results_dir)
-        self.run_id = run_id
-        self.path = db_path(results_dir)
+NODE_COLUMNS = ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
+                "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes", "uss_bytes")
 
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
-        """One transaction; any SQLite failure becomes one StoreError sentence (and is rolled back)."""
-        try:
-            with self.conn:
-                yield self.conn
-        except sqlite3.Error as e:
-            raise store_error(self.path, e) from None
 
-    def close(self) -> None:
-        self.conn.close()
+def insert_run(conn: sqlite3.Connection, run_id: str, created_at: float, spec_json: str, environment: dict) -> None:
+    conn.execute("INSERT INTO runs (run_id, created_at, status, spec, environment) VALUES (?, ?, 'running', ?, ?)",
+                 (run_id, created_at, spec_json, json.dumps(environment)))
 
-    def start_run(self, spec: RunSpec, environment: dict) -> None:
-        with self._writing():
-            self.conn.execute("INSERT INTO runs (run_id, created_at, status, spec, environment) VALUES (?, ?, 'running', ?, ?)",
-                              (self.run_id, time.time(), spec.to_json(), json.dumps(environment)))
 
-    def update_environment(self, **items: Any) -> None:
-        with self._writing():
-            row = self.conn.execute("SELECT environment FROM runs WHERE run_id=?", (self.run_id,)).fetchone()
-            env = {**json.loads(row["environment"]), **items}
-            self.conn.execute("UPDATE runs SET environment=? WHERE run_id=?", (json.dumps(env), self.run_id))
+def update_environment(conn: sqlite3.Connection, run_id: str, items: dict[str, Any]) -> None:
+    row = conn.execute("SELECT environment FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    env = {**json.loads(row["environment"]), **items}
+    conn.execute("UPDATE runs SET environment=? WHERE run_id=?", (json.dumps(env), run_id))
 
-    def finish_run(self, status: str, error: str | None = None) -> None:
-        with self._writing():
-            self.conn.execute("UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?",
-                              (status, error, time.time(), self.run_id))
 
-    def node(self, rank: int, **fields: Any) -> None:
-        """Insert or update the row of node ``rank`` (name, address, exit_code, param_sha256)."""
-        with self._writing():
-            self.conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (self.run_id, rank))
-            for key, value in fields.items():
-                if key not in ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
-                               "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes", "uss_bytes"):
-                    raise KeyError(key)
-                self.conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, self.run_id, rank))
+def finish_run(conn: sqlite3.Connection, run_id: str, status: str, error: str | None, finished_at: float) -> None:
+    conn.execute("UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?", (status, error, finished_at, run_id))
 
-    def evaluation(self, step: int, loss: float | None, accuracy: float | None, samples: int | None) -> None:
-        """The held-out figures after ``step`` steps (a NaN loss is kept as NULL, as in steps)."""
-        with self._writing():
-            self.conn.execute("INSERT OR REPLACE INTO evals (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
-                              (self.run_id, step, loss, accuracy, samples))
 
-    def calibration(self, path: dict[str, Any]) -> None:
-        """Store one measured path (net.calibrate.PathResult.to_dict())."""
-        values = [path.get(k) for k in CALIBRATION_FIELDS]
-        with self._writing():
-            self.conn.execute(f"INSERT INTO calibrations (run_id, t, {', '.join(CALIBRATION_FIELDS)}) "
-                              f"VALUES (?, ?, {', '.join('?' * len(CALIBRATION_FIELDS))})",
-                              (self.run_id, time.time(), *values))
+def set_node(conn: sqlite3.Connection, run_id: str, rank: int, fields: dict[str, Any]) -> None:
+    """Insert or update node ``rank``'s row; a field that is not one of NODE_COLUMNS is a KeyError."""
+    conn.execute("INSERT OR IGNORE INTO nodes (run_id, rank) VALUES (?, ?)", (run_id, rank))
+    for key, value in fields.items():
+        if key not in NODE_COLUMNS:
+            raise KeyError(key)
+        conn.execute(f"UPDATE nodes SET {key}=? WHERE run_id=? AND rank=?", (value, run_id, rank))
 
-    def fault(self, idx: int, kind: str, node: int, pct: float, **times: float) -> None:
-        """Record when fault ``idx`` of the run started or ended (``started=``/``ended=`` wall times)."""
-        with self._writing():
-            self.conn.execute("INSERT OR IGNORE INTO faults (run_id, idx, kind, node, pct) VALUES (?, ?, ?, ?, ?)",
-                              (self.run_id, idx, kind, node, pct))
-            for key, value in times.items():
-                if key not in ("started", "ended"):
-                    raise KeyError(key)
-                self.conn.execute(f"UPDATE faults SET {key}=? WHERE run_id=? AND idx=?", (value, self.run_id, idx))
 
-    def server_step(self, rank: int, step: int, **values: Any) -> None:
-        """Commit one parameter server's share of one step (SERVER_STEP_FIELDS)."""
-        if set(values) != set(SERVER_STEP_FIELDS):
-            raise KeyError(sorted(set(values) ^ set(SERVER_STEP_FIELDS)))
-        cols = ["run_id", "rank", "step", "t", *values]
-        with self._writing():
-            self.conn.execute(f"INSERT INTO server_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                              (self.run_id, rank, step, time.time(), *values.values()))
+def insert_evaluation(conn: sqlite3.Connection, run_id: str, step: int, loss: float | None, accuracy: float | None,
+                      samples: int | None) -> None:
+    conn.execute("INSERT OR REPLACE INTO evals (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
+                 (run_id, step, loss, accuracy, samples))
 
-    def step(self, rank: int, step: int, exchanges: Iterable[dict] = (), layouts: Iterable[dict] = (),
-             **values: Any) -> None:
-        """Commit one step of one rank, with its buckets' exchanges and the bucket layouts first seen
-        in it (compress.hook's take_step_stats); unknown fields are an error, missing ones are NULL."""
-        unknown = set(values) - set(STEP_FIELDS)
-        if unknown:
-            raise KeyError(sorted(unknown))
-        cols = ["run_id", "rank", "step", "t", *values]
-        with self._writing():
-            self.conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                              (self.run_id, rank, step, time.time(), *values.values()))
-            self.conn.executemany("INSERT INTO layouts (run_id, rank, layout, params) VALUES (?, ?, ?, ?)",
-                                  [(self.run_id, rank, lay["layout"], json.dumps(lay["params"])) for lay in layouts])
-            self.conn.executemany(
-                f"INSERT INTO exchanges (run_id, rank, step, {', '.join(EXCHANGE_FIELDS)}) "
-                f"VALUES (?, ?, ?, {', '.join('?' * len(EXCHANGE_FIELDS))})",
-                [(self.run_id, rank, step, *(ex[k] for k in EXCHANGE_FIELDS)) for ex in exchanges])
 
+def insert_calibration(conn: sqlite3.Connection, run_id: str, t: float, path: dict[str, Any]) -> None:
+    values = [path.get(k) for k in CALIBRATION_FIELDS]
+    conn.execute(f"INSERT INTO calibrations (run_id, t, {', '.join(CALIBRATION_FIELDS)}) "
+                 f"VALUES (?, ?, {', '.join('?' * len(CALIBRATION_FIELDS))})", (run_id, t, *values))
+
+
+def set_fault(conn: sqlite3.Connection, run_id: str, idx: int, kind: str, node: int, pct: float,
+              times: dict[str, float]) -> None:
+    """Insert fault ``idx``'s row once and set its ``started``/``ended`` times (any other key is a KeyError)."""
+    conn.execute("INSERT OR IGNORE INTO faults (run_id, idx, kind, node, pct) VALUES (?, ?, ?, ?, ?)",
+                 (run_id, idx, kind, node, pct))
+    for key, value in times.items():
+        if key not in ("started", "ended"):
+            raise KeyError(key)
+        conn.execute(f"UPDATE faults SET {key}=? WHERE run_id=? AND idx=?", (value, run_id, idx))
+
+
+def insert_server_step(conn: sqlite3.Connection, run_id: str, rank: int, step: int, t: float,
+                       values: dict[str, Any]) -> None:
+    cols = ["run_id", "rank", "step", "t", *values]
+    conn.execute(f"INSERT INTO server_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                 (run_id, rank, step, t, *values.values()))
+
+
+def insert_step(conn: sqlite3.Connection, run_id: str, rank: int, step: int, t: float, values: dict[str, Any],
+                exchanges: Iterable[dict], layouts: Iterable[dict]) -> None:
+    """One rank's step row (``values``: STEP_FIELDS), its exchanges and the layouts first seen in it."""
+    cols = ["run_id", "rank", "step", "t", *values]
+    conn.execute(f"INSERT INTO steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                 (run_id, rank, step, t, *values.values()))
+    conn.executemany("INSERT INTO layouts (run_id, rank, layout, params) VALUES (?, ?, ?, ?)",
+                     [(run_id, rank, lay["layout"], json.dumps(lay["params"])) for lay in layouts])
+    conn.executemany(f"INSERT INTO exchanges (run_id, rank, step, {', '.join(EXCHANGE_FIELDS)}) "
+                     f"VALUES (?, ?, ?, {', '.join('?' * len(EXCHANGE_FIELDS))})",
+                     [(run_id, rank, step, *(ex[k] for k in EXCHANGE_FIELDS)) for ex in exchanges])
+
+
+# --- what a summary reads (results.summary) ---
+
+def step_rows(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
+    """Every rank's step rows of a run, by step then rank."""
+    return conn.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step, rank", (run_id,)).fetchall()
+
+
+def node_rows(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
+    return conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run_id,)).fetchall()
+
+
+def calibrations_of(conn: sqlite3.Connection, run_id: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute("SELECT * FROM calibrations WHERE run_id=? ORDER BY t, src", (run_id,))]
+
+
+def fault_rows(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
+    return conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx", (run_id,)).fetchall()
+
+
+def server_steps_of(conn: sqlite3.Connection, run_id: str, rank: int | None = None) -> list[dict[str, Any]]:
+    """A run's parameter-server step rows (only server ``rank``'s, by step, when given)."""
+    if rank is None:
+        return [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=?", (run_id,))]
+    return [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=? AND rank=? ORDER BY step",
+                                          (run_id, rank))]
+
+
+def tx_of(conn: sqlite3.Connection, run_id: str) -> list[dict[str, Any]]:
+    """Each rank's interface bytes sent per step: rank, step, tx_bytes."""
+    return [dict(r) for r in conn.execute("SELECT rank, step, tx_bytes FROM steps WHERE run_id=?", (run_id,))]
+
+
+# --- sweeps, moving a run between stores, and the reads of the other rooms ---
 
 def cell_status(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int) -> str | None:
     """How sweep ``sweep`` left this cell: None (never started), running (its sweep died), ok,
@@ -456,23 +461,6 @@ def layouts_of(conn: sqlite3.Connection, run_id: str) -> dict[tuple[int, int], l
             for r in conn.execute("SELECT * FROM layouts WHERE run_id=?", (run_id,))}
 
 
-def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None) -> dict | None:
-    """The run's steps against its method's contract (gctestbed.contracts; over the ring, or
-    pushed to parameter servers), or None for a run that recorded no exchanges (a user's script
-    that never installed gctestbed's hook)."""
-    from .. import contracts
-    exchanges = exchanges_of(conn, run_id)
-    if not exchanges:
-        return None
-    steps = [dict(r) for r in conn.execute("SELECT rank, step, tx_bytes FROM steps WHERE run_id=?", (run_id,))]
-    if spec.comm == "ps":
-        server_steps = [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=?", (run_id,))]
-        return contracts.judge_ps(spec.compressor, spec.compressor_options, spec.comm_options, spec.nodes, steps,
-                                  exchanges, layouts_of(conn, run_id), server_steps, model_numel)
-    return contracts.judge(spec.compressor, spec.compressor_options, spec.nodes, steps, exchanges,
-                           layouts_of(conn, run_id), model_numel)
-
-
 def last_step(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM steps WHERE run_id=? AND rank=? ORDER BY step DESC LIMIT 1",
                         (run_id, rank)).fetchone()
@@ -536,293 +524,3 @@ def latest_run_since(conn: sqlite3.Connection, since: float) -> sqlite3.Row | No
     """The newest run created at or after ``since``."""
     return conn.execute("SELECT * FROM runs WHERE created_at >= ? ORDER BY created_at DESC LIMIT 1",
                         (since,)).fetchone()
-
-
-def fault_effect(spec: RunSpec, fault: sqlite3.Row, steps: dict[int, list[sqlite3.Row]]) -> dict[str, Any]:
-    """What a fault did, from the step records: the steps that ran while it was on, and the median
-    step time (and bytes the faulted node sent: retransmissions show there) during it against the
-    median of the other steps (step 0, with DDP's start-up traffic, left out of both)."""
-    planned = spec.faults[fault["idx"]] if fault["idx"] < len(spec.faults) else None
-    out = {"fault": planned.describe() if planned else f"{fault['kind']} on node {fault['node']}",
-           "kind": fault["kind"], "node": fault["node"], "pct": fault["pct"], "started": fault["started"],
-           "ended": fault["ended"], "steps": [], "median_step_s_during": None, "median_step_s_outside": None,
-           "median_tx_bytes_during": None, "median_tx_bytes_outside": None}
-    if fault["started"] is None:
-        return out
-    end = fault["ended"] if fault["ended"] is not None else math.inf
-    during, outside, tx_during, tx_outside = [], [], [], []
-    for step, rows in sorted(steps.items()):
-        begun, finished = min(r["t"] - r["step_s"] for r in rows), max(r["t"] for r in rows)
-        hit = begun <= end and finished >= fault["started"]
-        if hit:
-            out["steps"].append(step)
-        if step > 0:
-            (during if hit else outside).append(max(r["step_s"] for r in rows))
-            (tx_during if hit else tx_outside).extend(r["tx_bytes"] for r in rows if r["rank"] == fault["node"])
-    out["median_step_s_during"], out["median_step_s_outside"] = _median(during), _median(outside)
-    out["median_tx_bytes_during"], out["median_tx_bytes_outside"] = _median(tx_during), _median(tx_outside)
-    return out
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """The figures of one run, from its stored rows only (``show --json`` prints ``to_dict()``;
-    docs/running.md says what each field means). Step figures are medians over complete steps."""
-
-    run_id: str
-    status: str
-    error: str | None
-    compressor: str
-    compressor_options: dict[str, Any]
-    kernels: str
-    mode: str
-    workload: str
-    workload_options: dict[str, Any]
-    batch_size: int
-    nodes: int
-    topology: str | None
-    bw_bps: int
-    latency_s: float
-    steps: int
-    steps_recorded: int
-    median_step_s: float | None
-    samples_per_s: float | None
-    median_compute_s: float | None
-    median_comm_s: float | None
-    median_encode_s: float | None
-    median_decode_s: float | None
-    median_optim_s: float | None
-    wire_bytes_per_step: float | None
-    payload_bytes_per_step: float | None
-    gather_bytes_per_step: float | None
-    expected_tx_bytes_per_step: float | None
-    reduce_calls_per_step: float | None
-    gather_calls_per_step: float | None
-    tail_tx_bytes_per_step: float | None
-    buckets_per_step: float | None
-    sent_fraction: float | None
-    contract: dict[str, Any] | None
-    busbw_bps: float | None
-    bottleneck_bps: int
-    busbw_fraction_of_link: float | None
-    final_loss: float | None
-    eval_loss: float | None
-    eval_accuracy: float | None
-    eval_samples: int | None
-    params_identical: bool | None
-    latency_impl: str | None
-    environment: dict[str, Any]
-    calibration: list[dict[str, Any]]
-    calibration_missed: bool
-    faults: list[dict[str, Any]]
-    created_at: float
-    finished_at: float | None
-    comm: str = "allreduce"                  # how the workers met (--comm) and its options
-    comm_options: dict[str, Any] = field(default_factory=dict)
-    median_push_s: float | None = None       # parameter servers: the workers' pushes and pulls per step
-    median_pull_s: float | None = None
-    median_sync_s: float | None = None       # local SGD, DiLoCo: averaging time, over the steps that averaged
-    servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
-    bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
-    amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
-    cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
-    phases: dict[str, Any] | None = None     # where the run's wall time went, and its fixed cost (see _phases)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _identical(nodes: list) -> bool | None:
-    """Whether every worker's parameters hashed alike (servers hold no model)."""
-    if not nodes:
-        return None
-    return len({r["param_sha256"] for r in nodes}) == 1 and all(r["param_sha256"] for r in nodes)
-
-
-def _servers(conn: sqlite3.Connection, run_id: str, spec: RunSpec, measured: list[int]) -> list[dict[str, Any]]:
-    """Each parameter server's medians over the measured steps, and its run totals."""
-    out = []
-    for k in range(spec.servers):
-        rows = [dict(r) for r in conn.execute("SELECT * FROM server_steps WHERE run_id=? AND rank=? ORDER BY step",
-                                              (run_id, spec.nodes + k))]
-        picked = [r for r in rows if r["step"] in measured] or rows
-        out.append({"server": k, "rank": spec.nodes + k, "steps": len(rows),
-                    **{f"median_{f}": _median(r[f] for r in picked) for f in SERVER_STEP_FIELDS},
-                    "total_push_bytes": sum(r["push_bytes"] for r in rows), "total_pull_bytes": sum(r["pull_bytes"] for r in rows),
-                    "total_tx_bytes": sum(r["tx_bytes"] or 0 for r in rows), "total_rx_bytes": sum(r["rx_bytes"] or 0 for r in rows)})
-    return out
-
-
-def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | None:
-    """Which link or phase bounds a parameter-server step: each link's median bytes per step at its
-    shaped rate, against the servers' summing time."""
-    net = spec.network()
-    candidates = []
-    for rank in range(spec.nodes):            # each worker's pushes through its own uplink (a topology may differ)
-        push = _median(r["expected_tx_bytes"] for rs in per_step for r in rs if r["rank"] == rank)
-        if push:
-            candidates.append((push * 8 / net.nodes[rank].hop.ab.rate_bps,
-                               f"worker {rank}'s uplink (pushes, {push / 1e6:.3g} MB per step)"))
-    for s in servers:
-        hop = net.nodes[s["rank"]].hop
-        if s["median_push_bytes"]:
-            candidates.append((s["median_push_bytes"] * 8 / hop.ba.rate_bps,
-                               f"server {s['server']}'s downlink ({spec.nodes} workers' pushes, {s['median_push_bytes'] / 1e6:.3g} MB per step)"))
-        if s["median_pull_bytes"]:
-            candidates.append((s["median_pull_bytes"] * 8 / hop.ab.rate_bps,
-                               f"server {s['server']}'s uplink (pulls to {spec.nodes} workers, {s['median_pull_bytes'] / 1e6:.3g} MB per step)"))
-        if s["median_sum_s"]:
-            candidates.append((s["median_sum_s"], f"server {s['server']}'s summing"))
-    if not candidates:
-        return None
-    seconds, where = max(candidates)
-    return f"{where}: {seconds:.3g} s per step at the shaped rate"
-
-
-def _amortised(per_step: list) -> dict[str, Any]:
-    """Local SGD and DiLoCo exchange only on the steps that average, so their median step is a
-    local one that sends nothing: step time, bytes and collectives are compared as means instead,
-    with the share of steps that averaged. The means are over whole periods, from the step after
-    the first average to the last: before it the workers have not met since they started, and the
-    first collective waits for the slowest one's start (every measured step if fewer than two
-    averaged)."""
-    averaged = [i for i, rs in enumerate(per_step) if any(r["sync_s"] for r in rs)]
-    if len(averaged) >= 2:
-        per_step = per_step[averaged[0] + 1:averaged[-1] + 1]
-    return {"step_s": _mean(max(r["step_s"] for r in rs) for rs in per_step),
-            "expected_tx_bytes": _mean(_mean(r["expected_tx_bytes"] or 0 for r in rs) for rs in per_step),
-            "reduce_calls": _mean(_mean(r["reduce_calls"] or 0 for r in rs) for rs in per_step),
-            "averaged_share": _mean(float(any(r["sync_s"] for r in rs)) for rs in per_step),
-            "steps": len(per_step)}
-
-
-def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
-    """How the nodes shared this host's CPUs (and memory): the cap (--cpus-per-node, 0 for
-    none), whether more nodes than cores ran uncapped (then compute times depend on the
-    scheduler), each node's CPU time over its wall time and its memory as the node measured them,
-    and the kernel's throttling counters of each node's cgroup where there were any."""
-    cores = env.get("cpus")
-    per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
-                 "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None,
-                 "rss_bytes": r["rss_bytes"], "pss_bytes": r["pss_bytes"], "uss_bytes": r["uss_bytes"]}
-                for r in nodes]
-    return {"cpus_per_node": spec.cpus_per_node, "host_cpus": cores,
-            "contended": bool(cores and spec.world > cores and not spec.cpus_per_node), "nodes": per_node,
-            "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
-
-
-def _phases(env: dict, rows: list) -> dict[str, Any] | None:
-    """The seconds each phase of the run took as its runner timed them (building the network,
-    calibrating, the nodes from start to exit, teardown), rank 0's steps summed (``steps_s``),
-    and the fixed cost: the run's wall time beyond its own steps and calibration (``fixed_s``:
-    starting interpreters and process groups, evaluation, building and removing the network).
-    None for runs stored before runs timed them. ``gctestbed node`` runs are timed on rank 0's
-    host, with teardown (unshaping, after the store's last write) as 0."""
-    phases = env.get("phases")
-    if not phases:
-        return None
-    total = sum(phases.values())
-    steps = sum(r["step_s"] for r in rows if r["rank"] == 0)
-    return {**phases, "total_s": total, "steps_s": steps, "fixed_s": total - steps - phases.get("calibrate_s", 0.0)}
-
-
-def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
-    """The figures of one run, from its stored rows only.
-
-    Step figures are medians over steps, leaving out step 0 (DDP builds its buckets there) when
-    there are later steps. Bus bandwidth follows nccl-tests: the bytes each node must send for a
-    ring all-reduce of the payload, 2(n-1)/n of it, over the measured communication time.
-    """
-    spec = RunSpec.from_json(run["spec"])
-    rows = conn.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step, rank", (run["run_id"],)).fetchall()
-    done = {}
-    for r in rows:
-        done.setdefault(r["step"], []).append(r)
-    complete = sorted(s for s, rs in done.items() if len(rs) == spec.nodes)
-    measured = [s for s in complete if s > 0] or complete
-    per_step = [done[s] for s in measured]
-    step_s = _median(max(r["step_s"] for r in rs) for rs in per_step)
-    n = spec.nodes
-    busbw = _median(r["payload_bytes"] * 8 * 2 * (n - 1) / n / r["comm_s"]                # the ring's figure only
-                    for rs in per_step for r in rs if n > 1 and r["comm_s"] and r["payload_bytes"]) \
-        if spec.comm == "allreduce" else None
-    last = done[complete[-1]] if complete else []
-    net = spec.network()
-    bottleneck = min(d.rate_bps for hop in [n.hop for n in net.nodes] + [t.hop for t in net.trunks]
-                     for d in (hop.ab, hop.ba))
-    nodes = conn.execute("SELECT * FROM nodes WHERE run_id=? ORDER BY rank", (run["run_id"],)).fetchall()
-    calibration = [dict(r) for r in conn.execute("SELECT * FROM calibrations WHERE run_id=? ORDER BY t, src",
-                                                 (run["run_id"],))]
-    env = json.loads(run["environment"] or "{}")
-    faults = [fault_effect(spec, f, done) for f in conn.execute("SELECT * FROM faults WHERE run_id=? ORDER BY idx",
-                                                                 (run["run_id"],))]
-    contract = contract_check(conn, run["run_id"], spec) if spec.comm in ("allreduce", "ps") else None
-    servers = _servers(conn, run["run_id"], spec, measured)
-    return RunSummary(
-        comm=spec.comm, comm_options=spec.comm_options, servers=servers,
-        median_push_s=_median(r["push_s"] for rs in per_step for r in rs if r["push_s"] is not None),
-        median_pull_s=_median(r["pull_s"] for rs in per_step for r in rs if r["pull_s"] is not None),
-        median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
-        bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
-        amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
-        cpu=_cpu(spec, nodes, env),
-        phases=_phases(env, rows),
-        run_id=run["run_id"],
-        status=run["status"],
-        error=run["error"],
-        compressor=spec.compressor,
-        compressor_options=spec.compressor_options,
-        kernels=spec.kernels,
-        mode=spec.mode,
-        workload=spec.workload,
-        workload_options=spec.workload_options,
-        batch_size=spec.batch_size,
-        nodes=n,
-        topology=spec.topology.name if spec.topology else None,
-        bw_bps=spec.link.bw_bps,
-        latency_s=spec.link.latency_s,
-        steps=spec.steps,
-        steps_recorded=len(complete),
-        median_step_s=step_s,
-        samples_per_s=n * spec.batch_size / step_s if step_s else None,
-        median_compute_s=_median(r["compute_s"] for rs in per_step for r in rs),
-        median_comm_s=_median(r["comm_s"] for rs in per_step for r in rs),
-        median_encode_s=_median(r["encode_s"] for rs in per_step for r in rs),
-        median_decode_s=_median(r["decode_s"] for rs in per_step for r in rs),
-        median_optim_s=_median(r["optim_s"] for rs in per_step for r in rs),
-        wire_bytes_per_step=_median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
-        payload_bytes_per_step=_median(r["payload_bytes"] for rs in per_step for r in rs),
-        gather_bytes_per_step=_median(r["gather_bytes"] for rs in per_step for r in rs),
-        expected_tx_bytes_per_step=_median(r["expected_tx_bytes"] for rs in per_step for r in rs),
-        reduce_calls_per_step=_median(r["reduce_calls"] for rs in per_step for r in rs),
-        gather_calls_per_step=_median(r["gather_calls"] for rs in per_step for r in rs),
-        tail_tx_bytes_per_step=_median(r["tail_tx_bytes"] for rs in per_step for r in rs),
-        buckets_per_step=_median(r["buckets"] for rs in per_step for r in rs),
-        sent_fraction=contract["sent_fraction"] if contract else None,
-        contract=contract,
-        busbw_bps=busbw,
-        bottleneck_bps=bottleneck,
-        busbw_fraction_of_link=busbw / bottleneck if busbw else None,
-        final_loss=_mean(r["loss"] for r in last),
-        eval_loss=nodes[0]["eval_loss"] if nodes else None,
-        eval_accuracy=nodes[0]["eval_accuracy"] if nodes else None,
-        eval_samples=nodes[0]["eval_samples"] if nodes else None,
-        params_identical=_identical([r for r in nodes if r["role"] != "server"]),
-        latency_impl=env.get("shaping", {}).get("latency_impl"),
-        environment=env,
-        calibration=calibration,
-        calibration_missed=any(c["miss"] for c in calibration),
-        faults=faults,
-        created_at=run["created_at"],
-        finished_at=run["finished_at"],
-    )
