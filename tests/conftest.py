@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -64,6 +65,25 @@ def _missing(marker: str) -> str | None:
         return "needs docker-compose (apt-get install docker-compose) to validate compose files"
     if marker == "browser" and not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
         return "needs Chromium (apt-get install chromium) to open the report"
+    if marker == "slurm" and not all(shutil.which(p) for p in ("slurmctld", "slurmd", "srun", "munged")):
+        return "needs Slurm and munge (apt-get install slurmctld slurmd slurm-client munge)"
+    if marker == "iperf3" and shutil.which("iperf3") is None:
+        return "needs iperf3 (apt-get install iperf3)"
+    if marker == "sklearn" and importlib.util.find_spec("sklearn") is None:
+        return "needs scikit-learn (pip install -e '.[test]')"
+    if marker == "cgroup":
+        from gctestbed.launch import cpushare
+        if cpushare.hierarchy() is None:
+            return "needs the cgroup cpu controller (cgroup v1's cpu hierarchy or cgroup v2 with cpu enabled)"
+    if marker == "cgroup_v2":
+        from gctestbed.launch import cpushare
+        if cpushare.hierarchy() is None or cpushare.hierarchy()[0] != "v2":
+            return ("this kernel offers no cgroup v2 cpu controller: it is bound to cgroup v1's cpu hierarchy "
+                    "(/proc/cgroups), which a kernel gives to one hierarchy only, so --cpus-per-node uses v1 here")
+    if marker == "cgroup_v1":
+        from gctestbed.launch import cpushare
+        if cpushare.hierarchy() is None or cpushare.hierarchy()[0] != "v1":
+            return "this kernel mounts no cgroup v1 cpu hierarchy (--cpus-per-node uses cgroup v2 here)"
     if marker == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -71,18 +91,28 @@ def _missing(marker: str) -> str | None:
     return None
 
 
-# Markers CI must satisfy: GCTESTBED_REQUIRE_PRIVILEGED turns their skips into an error. A GPU is
-# not among them: CI has none, and the CUDA tests run where one is lent.
-REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose", "browser")
+MARKERS = ("root", "compiler", "nvcc", "docker", "compose", "browser", "slurm", "iperf3", "sklearn", "cgroup",
+           "cgroup_v1", "cgroup_v2", "cuda")
+
+# Set by CI (.ci/run): a test that CI must run and cannot is an error, not a skip.
+REQUIRE_ENV = "GCTESTBED_REQUIRE_PRIVILEGED"
+
+# Markers CI must satisfy: under REQUIRE_ENV their skips are an error. Not among them: a GPU (CI has
+# none; the CUDA tests run where one is lent) and one cgroup version by name (a kernel gives the cpu
+# controller to v1 or to v2, never both; ``cgroup`` requires that it has one, and the test of the
+# version this kernel does not offer skips with that reason).
+REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose", "browser", "slurm", "iperf3", "sklearn", "cgroup")
 
 
 def pytest_collection_modifyitems(config, items):
-    for marker in ("root", "compiler", "nvcc", "docker", "compose", "browser", "cuda"):
-        reason = _missing(marker)
-        if reason is None or not any(marker in item.keywords for item in items):
+    for marker in MARKERS:
+        if not any(marker in item.keywords for item in items):
             continue
-        if marker in REQUIRED_IN_CI and os.environ.get("GCTESTBED_REQUIRE_PRIVILEGED"):
-            raise pytest.UsageError(f"GCTESTBED_REQUIRE_PRIVILEGED is set but the {marker} tests cannot run: {reason}")
+        reason = _missing(marker)
+        if reason is None:
+            continue
+        if marker in REQUIRED_IN_CI and os.environ.get(REQUIRE_ENV):
+            raise pytest.UsageError(f"{REQUIRE_ENV} is set (CI) but the {marker} tests cannot run: {reason}")
         for item in items:
             if marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))

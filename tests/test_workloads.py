@@ -207,8 +207,8 @@ def test_zaremba_large_lstm_and_scaled_networks_keep_their_layers():
     assert [tuple(p.shape) for p in small.parameters()][-6] == (1024, 64 * 36)
 
 
+@pytest.mark.sklearn
 def test_digits_are_real_images_with_a_fixed_held_out_fifth():
-    pytest.importorskip("sklearn")
     from gctestbed import workloads
     w = workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "data": "digits"}, 3, 1, 16)
     x, y = next(w.batches)

@@ -51,9 +51,11 @@ def _row(n: int, s, wall_s: float, free_before: int) -> dict:
     nodes = (s.cpu or {}).get("nodes") or []
     pss = [x["pss_bytes"] for x in nodes if x["pss_bytes"]]
     rss = [x["rss_bytes"] for x in nodes if x["rss_bytes"]]
+    uss = [x["uss_bytes"] for x in nodes if x.get("uss_bytes")]
     p = s.phases or {}
     return {"nodes": n, "run_id": s.run_id, "status": s.status, "error": s.error, "wall_s": wall_s,
             "fixed_s": p.get("fixed_s"), "build_s": p.get("build_s"), "teardown_s": p.get("teardown_s"),
             "median_step_s": s.median_step_s, "busbw_bps": s.busbw_bps, "busbw_fraction": s.busbw_fraction_of_link,
             "pss_bytes": statistics.median(pss) if pss else None, "rss_bytes": statistics.median(rss) if rss else None,
+            "uss_bytes": statistics.median(uss) if uss else None,
             "host_available_before_bytes": free_before}

@@ -80,17 +80,19 @@ def scale_table(report: dict) -> Table:
                         f"{report['steps']} steps, {cap}, {start}",
                   caption="fixed cost: the run's wall time beyond its steps (network up and down, workers, torch "
                           "and the process group started on every node, evaluation; the fork server's start in the "
-                          "first row); memory: per node, median")
-    for col in ("nodes", "run", "wall", "fixed cost", "network up / down", "PSS per node", "peak RSS per node",
-                "median step", "bus bandwidth", "of link"):
+                          "first row); memory: per node, median, at the node's end (USS: the pages only it maps, "
+                          "which its exit frees; PSS: those plus its share of the pages it shares)")
+    for col in ("nodes", "run", "wall", "fixed cost", "network up / down", "USS per node", "PSS per node",
+                "peak RSS per node", "median step", "bus bandwidth", "of link"):
         table.add_column(col, justify="right")
     for r in report["rows"]:
         if r["status"] != "ok":
             table.add_row(str(r["nodes"]), r["run_id"], fmt(r["wall_s"], " s"), escape(f"FAILED: {r['error'] or ''}"[:200]),
-                          "", "", "", "", "", "")
+                          "", "", "", "", "", "", "")
             continue
         table.add_row(str(r["nodes"]), r["run_id"], fmt(r["wall_s"], " s"), fmt(r["fixed_s"], " s"),
-                      f"{fmt(r['build_s'], ' s')} / {fmt(r['teardown_s'], ' s')}", fmt(r["pss_bytes"], " MB", 1e6),
+                      f"{fmt(r['build_s'], ' s')} / {fmt(r['teardown_s'], ' s')}", fmt(r["uss_bytes"], " MB", 1e6),
+                      fmt(r["pss_bytes"], " MB", 1e6),
                       fmt(r["rss_bytes"], " MB", 1e6), fmt(r["median_step_s"], " s"), fmt(r["busbw_bps"], " Mbit/s", 1e6),
                       fmt(r["busbw_fraction"] * 100 if r["busbw_fraction"] else None, " %"))
     return table

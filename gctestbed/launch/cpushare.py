@@ -24,15 +24,29 @@ PREFIX = "gctestbed-"
 
 
 def hierarchy() -> tuple[str, str] | None:
-    """("v1" or "v2", the cgroup root that has the cpu controller), or None when neither does."""
+    """("v1" or "v2", the cgroup root that has the cpu controller), or None when neither does. A
+    kernel gives the controller to one hierarchy only: v1's when a v1 ``cpu`` hierarchy is mounted
+    (a hybrid host, whose cgroup2 tree then lacks it), else the cgroup2 tree's where that lists it."""
     if os.path.exists(os.path.join(V1_ROOT, "cpu.cfs_quota_us")):
         return "v1", V1_ROOT
-    controllers = os.path.join(V2_ROOT, "cgroup.controllers")
-    if os.path.exists(controllers):
-        with open(controllers) as f:
-            if "cpu" in f.read().split():
-                return "v2", V2_ROOT
+    for root in _cgroup2_mounts():
+        controllers = os.path.join(root, "cgroup.controllers")
+        if os.path.exists(controllers):
+            with open(controllers) as f:
+                if "cpu" in f.read().split():
+                    return "v2", root
     return None
+
+
+def _cgroup2_mounts() -> list[str]:
+    """Where cgroup2 is mounted (/proc/mounts): /sys/fs/cgroup on a v2 host, /sys/fs/cgroup/unified
+    on a hybrid one."""
+    try:
+        with open("/proc/mounts") as f:
+            found = [line.split()[1] for line in f if line.split()[2:3] == ["cgroup2"]]
+    except OSError:
+        found = []
+    return sorted(set(found), key=lambda m: m != V2_ROOT) or [V2_ROOT]
 
 
 def check() -> tuple[str, str]:
