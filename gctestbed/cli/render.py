@@ -207,6 +207,8 @@ def print_summary(s: results.RunSummary) -> None:
             effect = (f"{span}: median step {fmt(f['median_step_s_during'], ' s')} "
                       f"(other steps {fmt(f['median_step_s_outside'], ' s')})")
         rows.append((f"fault {f['fault']}", effect))
+    if s.counters_error:
+        rows.append(("qdisc counters", f"not read at the end: {s.counters_error}"))
     if s.error:
         rows.append(("error", s.error))
     for k, v in rows:

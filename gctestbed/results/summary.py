@@ -135,6 +135,7 @@ class RunSummary:
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
     cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
     phases: dict[str, Any] | None = None     # where the run's wall time went, and its fixed cost (see _phases)
+    counters_error: str | None = None        # why the qdisc statistics at the end could not be read (none stored)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -272,6 +273,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
         cpu=_cpu(spec, nodes, env),
         phases=_phases(env, rows),
+        counters_error=env.get("counters_error"),
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],
