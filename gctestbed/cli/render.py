@@ -153,9 +153,9 @@ def print_summary(s: results.RunSummary) -> None:
         ("  compute (fwd+bwd, incl. waiting on comm)", fmt(s.median_compute_s, " s")),
         ("  communication span", fmt(s.median_comm_s, " s")),
         ("samples/s", fmt(s.samples_per_s)),
-        ("payload per step (accounting)", fmt(s.payload_bytes_per_step, " MB", 1e6)),
-        ("sent per node per step (eth0)", fmt(s.wire_bytes_per_step, " MB", 1e6)),
-        ("buckets exchanged per step", fmt(s.buckets_per_step, digits=3)),
+        (f"payload per step (accounting, {s.per_step_stat})", fmt(s.payload_bytes_per_step, " MB", 1e6)),
+        (f"sent per node per step (eth0, {s.per_step_stat})", fmt(s.wire_bytes_per_step, " MB", 1e6)),
+        (f"buckets exchanged per step ({s.per_step_stat})", fmt(s.buckets_per_step, digits=3)),
         ("all-reduce bus bandwidth", fmt(s.busbw_bps, " Mbit/s", 1e6)
          + (f"  ({s.busbw_fraction_of_link:.1%} of link)" if s.busbw_fraction_of_link else "")),
         ("final loss", fmt(s.final_loss, digits=5)),
