@@ -91,7 +91,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
         raise
     finally:
         with _signals_ignored():
-            stats = Session.read_counters(cluster.final_counters) if session is not None else None   # before teardown
+            stats = session.read_counters(cluster.final_counters) if session is not None else None   # before teardown
             problems = cluster.down() if cluster is not None else state.undo()
             phases["teardown_s"] = laps.lap()
             if problems:

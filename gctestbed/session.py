@@ -65,6 +65,7 @@ class Session:
         self.run_dir = os.path.join(os.path.abspath(spec.results_dir), "runs", spec.run_id)
         self.spec_path = os.path.join(self.run_dir, "spec.json")
         self.recorder: results.Recorder | None = None
+        self.counters_error: str | None = None     # why read_counters got nothing (stored by finish)
 
     def start(self, launcher: str, shaping: dict, **extra) -> results.Recorder:
         """Write spec.json (the run directory is the owner's, like the store) and start the run in
@@ -94,22 +95,25 @@ class Session:
                     "--no-calibrate skips)")
         return None
 
-    @staticmethod
-    def read_counters(read: Callable[[], dict]) -> dict | None:
+    def read_counters(self, read: Callable[[], dict]) -> dict | None:
         """The qdisc statistics ``read`` returns, while the shaping still exists (before teardown);
-        None where they cannot be read (a network that was never built, or half torn down)."""
+        None where they cannot be read (a network that was never built, or half torn down), and
+        then why is kept in ``counters_error`` and stored with the run by ``finish``, so a missing
+        figure says what went wrong."""
         try:
             return read()
-        except Exception:  # noqa: BLE001 - best effort: the run's outcome matters more
+        except Exception as e:  # noqa: BLE001 - the run's outcome matters more; the reason is stored
+            self.counters_error = f"{type(e).__name__}: {e}"
             return None
 
     def finish(self, status: str, error: str | None, qdisc_stats: dict | None, phases: dict | None = None) -> None:
-        """Store the qdisc statistics (read before teardown), the seconds each phase of the run
-        took, and the run's outcome. StoreError propagates: the caller keeps the outcome for
-        'gctestbed clean'."""
+        """Store the qdisc statistics (read before teardown), or why they could not be read
+        (``counters_error``), the seconds each phase of the run took, and the run's outcome.
+        StoreError propagates: the caller keeps the outcome for 'gctestbed clean'."""
         if self.recorder is None:
             return
         extra = {**({"qdisc_stats": qdisc_stats} if qdisc_stats is not None else {}),
+                 **({"counters_error": self.counters_error} if self.counters_error else {}),
                  **({"phases": phases} if phases else {})}
         if extra:
             with contextlib.suppress(results.StoreError):

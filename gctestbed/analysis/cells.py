@@ -54,7 +54,8 @@ class Row:
     eval_accuracy: float | None = None
     eval_loss: float | None = None
     eval_samples: int | None = None
-    wire_bytes: float | None = None         # the kernel's interface counters: bytes a node sent per step
+    wire_bytes: float | None = None         # the kernel's interface counters: bytes a node sent per step (the
+                                            # mean where not every step sends: RunSummary.per_step_stat)
     evals: list[dict] = field(default_factory=list)     # {step, loss, accuracy, samples}, in step order
     step_times: list[float] = field(default_factory=list)   # every complete step's time (slowest rank), step 0 left out
     phases: list[dict] = field(default_factory=list)        # rank 0's encode_s, comm_s, decode_s per step

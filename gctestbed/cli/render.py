@@ -155,9 +155,9 @@ def print_summary(s: results.RunSummary) -> None:
         ("  compute (fwd+bwd, incl. waiting on comm)", fmt(s.median_compute_s, " s")),
         ("  communication span", fmt(s.median_comm_s, " s")),
         ("samples/s", fmt(s.samples_per_s)),
-        ("payload per step (accounting)", fmt(s.payload_bytes_per_step, " MB", 1e6)),
-        ("sent per node per step (eth0)", fmt(s.wire_bytes_per_step, " MB", 1e6)),
-        ("buckets exchanged per step", fmt(s.buckets_per_step, digits=3)),
+        (f"payload per step (accounting, {s.per_step_stat})", fmt(s.payload_bytes_per_step, " MB", 1e6)),
+        (f"sent per node per step (eth0, {s.per_step_stat})", fmt(s.wire_bytes_per_step, " MB", 1e6)),
+        (f"buckets exchanged per step ({s.per_step_stat})", fmt(s.buckets_per_step, digits=3)),
         ("all-reduce bus bandwidth", fmt(s.busbw_bps, " Mbit/s", 1e6)
          + (f"  ({s.busbw_fraction_of_link:.1%} of link)" if s.busbw_fraction_of_link else "")),
         ("final loss", fmt(s.final_loss, digits=5)),
@@ -209,6 +209,8 @@ def print_summary(s: results.RunSummary) -> None:
             effect = (f"{span}: median step {fmt(f['median_step_s_during'], ' s')} "
                       f"(other steps {fmt(f['median_step_s_outside'], ' s')})")
         rows.append((f"fault {f['fault']}", effect))
+    if s.counters_error:
+        rows.append(("qdisc counters", f"not read at the end: {s.counters_error}"))
     if s.error:
         rows.append(("error", s.error))
     for k, v in rows:

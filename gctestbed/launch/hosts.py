@@ -109,7 +109,7 @@ def run_node(spec: RunSpec, rdzv: str, dev: str | None, shape: bool, force: bool
         try:
             phases["teardown_s"] = 0.0
             session.finish("ok" if status == 0 and error is None else "failed", error,
-                           Session.read_counters(lambda: nic.describe(ifname)), phases)         # before unshaping
+                           session.read_counters(lambda: nic.describe(ifname)), phases)         # before unshaping
         finally:
             session.close()
             if shaped:

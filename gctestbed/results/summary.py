@@ -75,7 +75,9 @@ def _mean(values: Iterable[float | None]) -> float | None:
 @dataclass(frozen=True)
 class RunSummary:
     """The figures of one run, from its stored rows only (``show --json`` prints ``to_dict()``;
-    docs/running.md says what each field means). Step figures are medians over complete steps."""
+    docs/running.md says what each field means). Step figures are medians over complete steps;
+    bytes, calls and buckets per step are means (amortised) where not every step sends, and
+    ``per_step_stat`` says which."""
 
     run_id: str
     status: str
@@ -135,6 +137,9 @@ class RunSummary:
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
     cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
     phases: dict[str, Any] | None = None     # where the run's wall time went, and its fixed cost (see _phases)
+    per_step_stat: str = "median"            # what the bytes, calls and buckets per step are: "median" over
+                                             # steps, or "mean" where not every step sends (see _sends_every_step)
+    counters_error: str | None = None        # why the qdisc statistics at the end could not be read (none stored)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -186,6 +191,25 @@ def _ps_bottleneck(spec: RunSpec, per_step: list, servers: list[dict]) -> str | 
     return f"{where}: {seconds:.3g} s per step at the shaped rate"
 
 
+def _whole_periods(per_step: list) -> list:
+    """Local SGD's and DiLoCo's measured steps from the step after the first average to the last
+    (every measured step if fewer than two averaged): whole periods, each with one average."""
+    averaged = [i for i, rs in enumerate(per_step) if any(r["sync_s"] for r in rs)]
+    return per_step[averaged[0] + 1:averaged[-1] + 1] if len(averaged) >= 2 else per_step
+
+
+def _sends_every_step(spec: RunSpec, per_step: list) -> bool:
+    """Whether the run exchanged on every measured step. Local SGD and DiLoCo do not (they average
+    every few steps), nor does a run in which the accounting says no rank sent anything on some
+    steps but not on others (a method that skips steps); a run that never sent counts as every
+    step alike."""
+    if spec.comm in LOCAL_COMMS:
+        return False
+    sent = [any(r["expected_tx_bytes"] for r in rs) for rs in per_step
+            if any(r["expected_tx_bytes"] is not None for r in rs)]
+    return all(sent) or not any(sent)
+
+
 def _amortised(per_step: list) -> dict[str, Any]:
     """Local SGD and DiLoCo exchange only on the steps that average, so their median step is a
     local one that sends nothing: step time, bytes and collectives are compared as means instead,
@@ -193,9 +217,7 @@ def _amortised(per_step: list) -> dict[str, Any]:
     the first average to the last: before it the workers have not met since they started, and the
     first collective waits for the slowest one's start (every measured step if fewer than two
     averaged)."""
-    averaged = [i for i, rs in enumerate(per_step) if any(r["sync_s"] for r in rs)]
-    if len(averaged) >= 2:
-        per_step = per_step[averaged[0] + 1:averaged[-1] + 1]
+    per_step = _whole_periods(per_step)
     return {"step_s": _mean(max(r["step_s"] for r in rs) for rs in per_step),
             "expected_tx_bytes": _mean(_mean(r["expected_tx_bytes"] or 0 for r in rs) for rs in per_step),
             "reduce_calls": _mean(_mean(r["reduce_calls"] or 0 for r in rs) for rs in per_step),
@@ -237,7 +259,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
     Step figures are medians over steps, leaving out step 0 (DDP builds its buckets there) when
-    there are later steps. Bus bandwidth follows nccl-tests: the bytes each node must send for a
+    there are later steps. Bytes, calls and buckets per step are means instead where not every
+    step sends (local SGD and DiLoCo over whole periods, see _whole_periods; a method that skips
+    steps over the measured steps): their median step is one that sends nothing, 0 bytes, which
+    is not what the method costs. Bus bandwidth follows nccl-tests: the bytes each node must send for a
     ring all-reduce of the payload, 2(n-1)/n of it, over the measured communication time.
     """
     spec = RunSpec.from_json(run["spec"])
@@ -263,6 +288,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     faults = [fault_effect(spec, f, done) for f in store.fault_rows(conn, run["run_id"])]
     contract = contract_check(conn, run["run_id"], spec) if spec.comm in ("allreduce", "ps") else None
     servers = _servers(conn, run["run_id"], spec, measured)
+    every = _sends_every_step(spec, per_step)       # else bytes and calls per step are means (amortised)
+    per_step_stat, window = ("median", per_step) if every else \
+        ("mean", _whole_periods(per_step) if spec.comm in LOCAL_COMMS else per_step)
+    stat = _median if every else _mean
     return RunSummary(
         comm=spec.comm, comm_options=spec.comm_options, servers=servers,
         median_push_s=_median(r["push_s"] for rs in per_step for r in rs if r["push_s"] is not None),
@@ -272,6 +301,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
         cpu=_cpu(spec, nodes, env),
         phases=_phases(env, rows),
+        counters_error=env.get("counters_error"),
         run_id=run["run_id"],
         status=run["status"],
         error=run["error"],
@@ -295,14 +325,15 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_encode_s=_median(r["encode_s"] for rs in per_step for r in rs),
         median_decode_s=_median(r["decode_s"] for rs in per_step for r in rs),
         median_optim_s=_median(r["optim_s"] for rs in per_step for r in rs),
-        wire_bytes_per_step=_median(_mean(r["tx_bytes"] for r in rs) for rs in per_step),
-        payload_bytes_per_step=_median(r["payload_bytes"] for rs in per_step for r in rs),
-        gather_bytes_per_step=_median(r["gather_bytes"] for rs in per_step for r in rs),
-        expected_tx_bytes_per_step=_median(r["expected_tx_bytes"] for rs in per_step for r in rs),
-        reduce_calls_per_step=_median(r["reduce_calls"] for rs in per_step for r in rs),
-        gather_calls_per_step=_median(r["gather_calls"] for rs in per_step for r in rs),
-        tail_tx_bytes_per_step=_median(r["tail_tx_bytes"] for rs in per_step for r in rs),
-        buckets_per_step=_median(r["buckets"] for rs in per_step for r in rs),
+        per_step_stat=per_step_stat,
+        wire_bytes_per_step=stat(_mean(r["tx_bytes"] for r in rs) for rs in window),
+        payload_bytes_per_step=stat(r["payload_bytes"] for rs in window for r in rs),
+        gather_bytes_per_step=stat(r["gather_bytes"] for rs in window for r in rs),
+        expected_tx_bytes_per_step=stat(r["expected_tx_bytes"] for rs in window for r in rs),
+        reduce_calls_per_step=stat(r["reduce_calls"] for rs in window for r in rs),
+        gather_calls_per_step=stat(r["gather_calls"] for rs in window for r in rs),
+        tail_tx_bytes_per_step=stat(r["tail_tx_bytes"] for rs in window for r in rs),
+        buckets_per_step=stat(r["buckets"] for rs in window for r in rs),
         sent_fraction=contract["sent_fraction"] if contract else None,
         contract=contract,
         busbw_bps=busbw,
