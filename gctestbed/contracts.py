@@ -421,8 +421,8 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 # --- parameter servers (--comm ps) ----------------------------------------------------------------
 # The servers' placement, restated here from the documentation (docs/running.md), not imported from
 # gctestbed.comm. place=mxnet (MXNet's kvstore): a parameter of fewer than ``split`` elements goes
-# whole to server (index * 9973) % servers, index its place in the model's parameter order (DDP's
-# first buckets hold every parameter in reverse model order); a bigger one is cut into contiguous
+# whole to server (index * 9973) % servers, index its place in the model's parameter order (taken
+# from the first layout exchanged: DDP's first step's bucket, in model order when the model fits one); a bigger one is cut into contiguous
 # flat ranges, range i ending at round-half-up(numel / servers * (i + 1)).
 # place=balanced (gctestbed's own): a parameter of at least ``split`` elements is cut into one block of rows per
 # server (numpy's array_split sizes); a smaller one goes whole to the server with the fewest
@@ -438,7 +438,7 @@ def kvstore_parts(layouts: list[list], servers: int, split: int, place: str = "b
     """For each bucket layout ([[name, shape], ...]), in first-exchanged order: (server, the shapes
     of its part) per server that gets anything."""
     load, where = [0] * servers, {}
-    index = {name: i for i, name in enumerate(reversed([name for params in layouts[:1] for name, _ in params]))}
+    index = {name: i for i, name in enumerate(name for name, _ in layouts[0])} if layouts else {}
     out = []
     for params in layouts:
         parts: list[list[Shape]] = [[] for _ in range(servers)]
