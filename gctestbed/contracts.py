@@ -419,8 +419,12 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 
 
 # --- parameter servers (--comm ps) ----------------------------------------------------------------
-# MXNet's kvstore rule, restated here from gctestbed's documentation (docs/running.md), not imported
-# from gctestbed.comm: a parameter of at least ``split`` elements is cut into one block of rows per
+# The servers' placement, restated here from the documentation (docs/running.md), not imported from
+# gctestbed.comm. place=mxnet (MXNet's kvstore): a parameter of fewer than ``split`` elements goes
+# whole to server (index * 9973) % servers, index its place in the model's parameter order (taken
+# from the first layout exchanged: DDP's first step's bucket, in model order when the model fits one); a bigger one is cut into contiguous
+# flat ranges, range i ending at round-half-up(numel / servers * (i + 1)).
+# place=balanced (gctestbed's own): a parameter of at least ``split`` elements is cut into one block of rows per
 # server (numpy's array_split sizes); a smaller one goes whole to the server with the fewest
 # elements so far (the lowest index on a tie), in the order the buckets are first exchanged, each
 # parameter counted where it was placed last (DDP's rebuilt buckets place them again). Every
@@ -430,15 +434,25 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 ENVELOPE = 32
 
 
-def kvstore_parts(layouts: list[list], servers: int, split: int) -> list[list[tuple[int, list[Shape]]]]:
+def kvstore_parts(layouts: list[list], servers: int, split: int, place: str = "balanced") -> list[list[tuple[int, list[Shape]]]]:
     """For each bucket layout ([[name, shape], ...]), in first-exchanged order: (server, the shapes
     of its part) per server that gets anything."""
     load, where = [0] * servers, {}
+    index = {name: i for i, name in enumerate(name for name, _ in layouts[0])} if layouts else {}
     out = []
     for params in layouts:
         parts: list[list[Shape]] = [[] for _ in range(servers)]
         for name, shape in params:
             n = _numel(shape)
+            if place == "mxnet":
+                if n < split or servers == 1:
+                    parts[index[name] * 9973 % servers].append(list(shape))
+                else:
+                    ends = [math.floor(n / servers * (i + 1) + 0.5) for i in range(servers)]
+                    for k, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
+                        if b > a:
+                            parts[k].append([b - a])
+                continue
             for k, m in where.pop(name, []):
                 load[k] -= m
             if n >= split and servers > 1:
@@ -494,7 +508,8 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
     if model_numel is None and layouts:
         model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
     numbered = sorted(n for r, n in layouts if r == 0)
-    cut = dict(zip(numbered, kvstore_parts([layouts[(0, n)] for n in numbered], servers, comm_options["split"])))
+    cut = dict(zip(numbered, kvstore_parts([layouts[(0, n)] for n in numbered], servers, comm_options["split"],
+                                                comm_options.get("place", "balanced"))))
     by_step: dict[tuple[int, int], list[dict]] = {}
     for ex in exchanges:
         by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)

@@ -106,7 +106,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
     averaging = local.averaging(spec, list(model.parameters()))
-    exchange = ps.ServerExchange(spec) if spec.servers else averaging and averaging.exchange()
+    exchange = ps.ServerExchange(spec, [n for n, _ in model.named_parameters()]) if spec.servers else averaging and averaging.exchange()
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)
     optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
                                  compressor.momentum_inside, spec.compressor)

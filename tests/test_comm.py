@@ -9,6 +9,8 @@ import signal
 import sqlite3
 
 import pytest
+import math
+
 import torch
 
 from gctestbed import flags
@@ -46,7 +48,7 @@ def test_servers_join_the_network_after_the_workers():
 def test_partition_cuts_big_parameters_over_every_server_and_balances_the_rest():
     shapes = [torch.Size(s) for s in [(300, 10), (10,), (50, 4), (7,)]]
     bucket = Bucket(key=0, shapes=shapes, ids=("w", "b", "v", "c"))
-    parts = ps.Partition(servers=2, split=1000)(bucket)
+    parts = ps.Partition(servers=2, split=1000, place="balanced")(bucket)
     pieces = sorted((p.offset, p.numel) for part in parts for p in part)
     covered = [i for off, n in pieces for i in range(off, off + n)]
     assert covered == list(range(sum(s.numel() for s in shapes)))          # every element once
@@ -54,6 +56,38 @@ def test_partition_cuts_big_parameters_over_every_server_and_balances_the_rest()
     assert sorted(p.id for p in cut) == [("w", "part", 0), ("w", "part", 1)] and all(p.shape == (150, 10) for p in cut)
     loads = [sum(p.numel for p in part) for part in parts]
     assert abs(loads[0] - loads[1]) <= 200                                  # the small ones balance the servers
+
+
+# MXNet's kvstore (kvstore_dist.h, EncodeDefaultKey), restated by hand: an array of fewer than
+# bigarray_bound elements goes whole to server (key * 9973) % K; a bigger one is cut into K
+# contiguous flat ranges, range i ending at round(size / K * (i + 1)), half away from zero.
+MLP = [("0.weight", (256, 784)), ("0.bias", (256,)), ("2.weight", (10, 256)), ("2.bias", (10,))]
+
+
+@pytest.mark.parametrize("servers,bound,expected", [
+    # bound 1e6: nothing is cut. keys 0..3 * 9973 % 2 = 0, 1, 0, 1
+    (2, 1_000_000, [200704 + 2560, 256 + 10]),
+    # keys * 9973 % 3 = 0, 1, 2, 0 (9973 = 3 * 3324 + 1)
+    (3, 1_000_000, [200704 + 10, 256, 2560]),
+    # 9973 % 7 = 5: keys 0..3 go to 0, 5, 10 % 7 = 3, 15 % 7 = 1 (K = 2 and 3 cannot tell key * 9973 from key)
+    (7, 1_000_000, [200704, 10, 0, 2560, 0, 256, 0]),
+    # bound 1000: 0.weight (200704) and 2.weight (2560) are cut. 200704 / 3 = 66901.33: ends 66901,
+    # 133803 (133802.67), 200704; 2560 / 3 = 853.33: ends 853, 1707 (1706.67), 2560. The biases
+    # (keys 1 and 3) go to 9973 % 3 = 1 and 29919 % 3 = 0.
+    (3, 1000, [66901 + 853 + 10, (133803 - 66901) + (1707 - 853) + 256, (200704 - 133803) + (2560 - 1707)]),
+    # 7 elements over 2: 3.5 rounds up to 4 (Python's round would give 4 too; 2.5 below tells them apart)
+    (2, 5, None),
+])
+def test_mxnet_placement_is_mxnets_kvstore_rule(servers, bound, expected):
+    model = MLP if expected is not None else [("a", (7,)), ("b", (5,)), ("c", (3,))]
+    if expected is None:        # a: 7 / 2 = 3.5 -> ends 4, 7; b: 5 / 2 = 2.5 -> ends 3 (half up), 5; c whole to 2*9973 % 2 = 0
+        expected = [4 + 3 + 3, 3 + 2]
+    order = [name for name, _ in model]
+    bucket = Bucket(key=0, shapes=[torch.Size(s) for _, s in reversed(model)], ids=tuple(reversed(order)))
+    parts = ps.Partition(servers, bound, "mxnet", {n: i for i, n in enumerate(order)})(bucket)
+    assert [sum(p.numel for p in part) for part in parts] == expected
+    pieces = sorted((p.offset, p.numel) for part in parts for p in part)
+    assert [i for off, n in pieces for i in range(off, off + n)] == list(range(sum(math.prod(s) for _, s in model)))
 
 
 def test_a_message_parses_back_to_its_tensors_and_counts_every_byte():
@@ -223,7 +257,7 @@ def test_rebuilt_buckets_are_placed_as_if_only_they_counted():
 
     def bucket(names):
         return Bucket(key=0, shapes=[torch.Size([sizes[n]]) for n in names], ids=tuple(names))
-    part = ps.Partition(servers=2, split=10_000)
+    part = ps.Partition(servers=2, split=10_000, place="balanced")
     part(bucket("abcd"))                                   # DDP's first step: one bucket of everything
     after = [part(bucket(names)) for names in ("dc", "ba")]  # its rebuilt buckets, in backward's order
     load = [sum(p.numel for b in after for p in b[k]) for k in range(2)]

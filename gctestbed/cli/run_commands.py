@@ -258,7 +258,7 @@ def compressors_(as_json):
 @click.option("--bw", default="1gbit", show_default=True, help="Link rate of every node (tc units: mbit = bits/s).")
 @click.option("--steps", default=verify_.STEPS, show_default=True, help="Training steps per method (the first two are not judged).")
 @click.option("--comm", default="allreduce", show_default=True,
-              help="How the workers meet, as for run: allreduce, or ps[:servers=K,pull=dense|compressed] to judge the "
+              help="How the workers meet, as for run: allreduce, or ps[:servers=K,pull=dense|compressed,place=mxnet|balanced] to judge the "
                    "pushes and the servers' links too (methods a server cannot sum are left out of the default list).")
 @click.option("--results", "results_dir", default="results/verify", show_default=True, help="Results directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")

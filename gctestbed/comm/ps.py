@@ -1,11 +1,15 @@
 """The workers' side of parameter servers: each bucket pushed to the servers, the sum pulled back.
 
-Which server sums which part follows MXNet's kvstore: a parameter with at least ``split``
-elements is cut into one block of rows per server (every server carries an equal share of it);
-smaller parameters go whole to the least loaded server so far, each parameter counted once (when
+Which server sums which part follows ``ps:place``. ``mxnet`` is MXNet's kvstore rule
+(kvstore_dist.h, EncodeDefaultKey): a parameter of fewer than ``split`` (MXNet's bigarray_bound)
+elements goes whole to server ``(key * 9973) % servers``, the key being the parameter's index in
+the model's parameter order (as MXNet's Module numbers them); a bigger one is cut into ``servers``
+contiguous ranges of its flat elements, range i ending at round(numel / servers * (i + 1)).
+``balanced`` is gctestbed's own even placement: a big parameter is cut into one block of rows per
+server, smaller ones go whole to the least loaded server so far, each parameter counted once (when
 DDP rebuilds its buckets after the first step, a parameter placed again first leaves its old
-place). The partition depends only on the
-buckets' parameters, so every worker cuts the same way, and every server sees the same sequence
+place). Either partition depends only on the buckets' parameters and the model's parameter order,
+so every worker cuts the same way, and every server sees the same sequence
 of parts from every worker. A part is encoded by the method as a bucket of its own (its
 parameters' names and shapes), so error feedback and per-parameter state stay on the worker,
 keyed by parameter as always; the server answers with the dense sum or the sum encoded again.
@@ -13,6 +17,7 @@ keyed by parameter as always; the server answers with the dense sum or the sum e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +27,19 @@ from ..compress.base import Bucket
 from ..spec import RunSpec
 from ..timing import now
 from . import wire
+
+
+def mxnet_ranges(key: int, numel: int, servers: int, bound: int) -> list[tuple[int, int, int]]:
+    """MXNet's kvstore placement of parameter ``key`` (its index in the model's parameter order):
+    (server, first element, end) for each non-empty range. Under ``bound`` elements the array goes
+    whole to server (key * 9973) % servers; otherwise server i takes the flat range ending at
+    round(numel / servers * (i + 1)), rounded half away from zero as C's std::round does (Python's
+    round() would round half to even)."""
+    if numel < bound or servers == 1:
+        return [((key * 9973) % servers, 0, numel)]
+    ends = [math.floor(numel / servers * (i + 1) + 0.5) for i in range(servers)]
+    starts = [0] + ends[:-1]
+    return [(k, a, b) for k, (a, b) in enumerate(zip(starts, ends)) if b > a]
 
 
 @dataclass(frozen=True)
@@ -35,8 +53,9 @@ class Piece:
 class Partition:
     """Pieces of each bucket per server, cached by the bucket's parameters."""
 
-    def __init__(self, servers: int, split: int):
-        self.servers, self.split = servers, split
+    def __init__(self, servers: int, split: int, place: str = "mxnet", order: dict | None = None):
+        self.servers, self.split, self.place = servers, split, place
+        self.order = order or {}                                   # parameter -> its index in the model
         self.load = [0] * servers
         self.placed: dict[object, list[tuple[int, int]]] = {}     # parameter -> (server, elements) it loads
         self.cache: dict[tuple, list[list[Piece]]] = {}
@@ -48,6 +67,14 @@ class Partition:
             offset = 0
             for pid, shape in zip(bucket.ids, bucket.shapes):
                 n = shape.numel()
+                if self.place == "mxnet":
+                    ranges = mxnet_ranges(self.order[pid], n, self.servers, self.split)
+                    for k, start, stop in ranges:
+                        whole = len(ranges) == 1
+                        parts[k].append(Piece(offset + start, stop - start, tuple(shape) if whole else (stop - start,),
+                                              pid if whole else (pid, "part", k)))
+                    offset += n
+                    continue
                 for k, m in self.placed.pop(pid, []):   # DDP rebuilt its buckets: the parameter's old place is free
                     self.load[k] -= m
                 if n >= self.split and self.servers > 1:
@@ -73,10 +100,12 @@ class Partition:
 class ServerExchange:
     """``HookState.exchange`` for ``--comm ps``: push every part, pull every sum, write them back."""
 
-    def __init__(self, spec: RunSpec):
+    def __init__(self, spec: RunSpec, names: list[str]):
+        """``names``: the model's parameters in its order (the buckets' ids), MXNet's keys."""
         self.first, self.servers = spec.nodes, spec.servers
         self.compressed = spec.comm_options["pull"] == "compressed"
-        self.partition = Partition(self.servers, spec.comm_options["split"])
+        self.partition = Partition(self.servers, spec.comm_options["split"], spec.comm_options["place"],
+                                   {name: i for i, name in enumerate(names)})
         self.layouts: list[dict[tuple, int]] = [{} for _ in range(self.servers)]
 
     def _layout(self, k: int, sub: Bucket) -> tuple[int, dict]:

@@ -8,6 +8,7 @@ from typing import Any
 from ..spec import COMMS, LOCAL_COMMS, SpecError, parse_choice, resolve_options
 
 PULLS = ("dense", "compressed")
+PLACES = ("mxnet", "balanced")
 
 
 @dataclass
@@ -20,14 +21,20 @@ class PSOptions:
     servers: int = 1           # server nodes; more spread the workers' pushes over more server links
     pull: str = "dense"        # dense: the sum comes back uncompressed (MXNet's kvstore); compressed:
                                # re-encoded with the method (BytePS-style two-way compression)
-    split: int = 1_000_000     # a parameter this large is cut over every server (MXNet's BIGARRAY_BOUND);
-                               # smaller ones go whole to the least loaded server. Lower it for small models
+    split: int = 1_000_000     # a parameter this large is cut over every server (MXNet's bigarray_bound);
+                               # smaller ones go whole to one server. Lower it for small models
+    place: str = "mxnet"       # mxnet: MXNet's kvstore (a small parameter to server (index * 9973) % servers,
+                               # a big one cut into contiguous flat ranges); balanced: gctestbed's even
+                               # placement (big ones cut by rows, small ones to the least loaded server), the
+                               # better model of BytePS-style deployments that partition evenly
 
     def __post_init__(self):
         if not 1 <= self.servers <= 32:
             raise ValueError(f"servers must be from 1 to 32, got {self.servers}")
         if self.pull not in PULLS:
             raise ValueError(f"pull must be dense or compressed, got {self.pull!r}")
+        if self.place not in PLACES:
+            raise ValueError(f"place must be mxnet or balanced, got {self.place!r}")
         if self.split < 1:
             raise ValueError(f"split must be at least 1 element, got {self.split}")
 
