@@ -10,8 +10,10 @@ its own in the store, with its own ledger for its workers, which are forked fres
 server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
 before them but imported code. The kept network and the fork server have ledgers of their own,
 owned by the sweep, so 'gctestbed clean' removes them if the sweep dies. Counters the kernel and
-the delay line keep (qdiscs, throttling) run on across cells: a cell's are the difference over
-its own run.
+the delay line keep (qdiscs, throttling) run on across cells: what a cell records of them, at its
+start and at its end, is the difference over its own run (zero at its start). The delay line's
+generators restart from the cell's seed when it is re-shaped, so a cell draws the delays a network
+of its own would, whatever ran before it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class KeptNetwork:
         reshaped = False
         if self.fits(spec):
             try:
-                topology.reshape(self.cluster.network, spec.network())
+                topology.reshape(self.cluster.network, spec.network(), spec.seed)
                 self.cluster.spec = self.cluster.shaped.spec = spec
                 reshaped = True
             except (OSError, RuntimeError, NetlinkError):   # the cell before broke it (a dead delay line): build anew
@@ -154,8 +156,11 @@ class Lent:
         raise RuntimeError("a kept network takes no faults (KeptNetwork.takes)")
 
     def describe(self, qdiscs: dict | None = None) -> dict:
-        """The network's description with the qdiscs read when the cell started (or ``qdiscs``)."""
-        return {**self.kept.cluster.shaped.describe(self._before["qdiscs"] if qdiscs is None else qdiscs),
+        """The network's description with the qdiscs as the cell found them, their counters the
+        cell's own (zero: not the counts of the cells before it), or ``qdiscs``."""
+        if qdiscs is None:
+            qdiscs = _since(self._before["qdiscs"], self._before["qdiscs"])
+        return {**self.kept.cluster.shaped.describe(qdiscs),
                 "kept_network": {"ledger": self.kept.cluster.state.run_id, "cell": self.kept.cells}}
 
     def final_counters(self) -> dict:

@@ -8,7 +8,11 @@ does the rate; the relay only delays and drops. A cable with loss has offloads o
 hits MTU-sized packets, not 64 KB GSO frames (this costs throughput: a lossy cable is meant for
 modest rates). A cable a loss fault may strike later has offloads off from the start, and the
 relay takes commands on its stdin: a direction's loss mid-run (a fault), its delay between the
-cells of a sweep that keeps its network, and the counters so far.
+cells of a sweep that keeps its network, a new seed for every direction's generator (each cell of
+such a sweep draws the delays a network of its own would, whatever the cells before it drew), and
+the counters so far. Each direction's counters carry the first delays it drew since it was last
+seeded (``first_delays_us``: before the line's no-reordering clamp, -1 for a frame lost), so two
+runs can be shown to have drawn the same sequence.
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ def retune(proc: subprocess.Popen, cable: int, direction: str, d: Direction) -> 
     delay, jitter, loss = _direction_args(d)
     _command(proc, f"delay {cable} {direction} {delay} {jitter}")
     _command(proc, f"loss {cable} {direction} {loss}")
+
+
+def reseed(proc: subprocess.Popen, seed: int) -> None:
+    """Restart every direction's generator from ``seed``, as ``start`` seeded it: the delays,
+    jitter and losses drawn from now on are those of a relay started now with ``seed``."""
+    _command(proc, f"seed {seed}")
 
 
 def counters(proc: subprocess.Popen) -> dict:

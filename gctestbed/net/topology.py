@@ -195,10 +195,12 @@ def network_switch(network: Network, port: NodePort) -> str:
     return next(name for name, ns in network.switches.items() if ns == port.switch_ns)
 
 
-def reshape(network: Network, topo: TopologySpec) -> None:
+def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
     """Give a built network the links of ``topo`` in place (it ``fits``): every egress's htb class
-    and netem leaf changed, the delay line retuned, the nodes' TCP buffers sized anew. What the
-    kernel holds stays: namespaces, devices, addresses, neighbour tables, qdisc counters."""
+    and netem leaf changed, the delay line retuned and its generators restarted from ``seed`` (the
+    delays drawn from now on are those of a network built now with ``seed``), the nodes' TCP buffers
+    sized anew. What the kernel holds stays: namespaces, devices, addresses, neighbour tables,
+    qdisc counters."""
     hops = _hops(topo)
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         c.hop = hop
@@ -208,6 +210,8 @@ def reshape(network: Network, topo: TopologySpec) -> None:
         if network.relay:
             delayline.retune(network.relay, i, "ab", hop.ab)
             delayline.retune(network.relay, i, "ba", hop.ba)
+    if network.relay:
+        delayline.reseed(network.relay, seed)
     for port in network.nodes:
         _size_tcp_buffers(network, port.netns, tcp_buffer_bytes(topo, port.rank))
 

@@ -12,6 +12,13 @@
 // it to the next cable's TAP at once, and the same (awake) thread picks it up on its next
 // zero-timeout poll, instead of a second process paying an idle CPU's wake-up on every hop.
 //
+// Every direction draws its loss and jitter from a generator of its own, seeded from SEED and the
+// direction's place in the argument list, so what one direction draws does not depend on how its
+// frames interleave with another's; 'seed' restarts every generator, so that each cell of a sweep
+// that keeps its network draws the sequence a network of its own would (it does not depend on the
+// cells before it). Each direction keeps the first kFirstDraws delays it drew since (re)seeding
+// (before the no-reordering clamp; -1 for a frame lost), among its counters.
+//
 // usage: gct-delayline SEED CABLE...   where each CABLE is 11 arguments:
 //   NETNS_A TAP_A NETNS_B TAP_B AB_DELAY_US AB_JITTER_US AB_LOSS_PPM BA_DELAY_US BA_JITTER_US
 //   BA_LOSS_PPM OFFLOAD(0|1)
@@ -21,6 +28,8 @@
 //   loss CABLE ab|ba PPM                   that direction's loss from then on
 //   delay CABLE ab|ba DELAY_US JITTER_US   its delay and jitter from then on (a kept network
 //                                          re-shaped between a sweep's cells)
+//   seed SEED                              every generator restarted from SEED, the first draws
+//                                          forgotten (the start of a kept network's cell)
 //   counters                               every direction's counters so far, as a JSON list
 // End of stdin only stops the reading of commands.
 
@@ -52,6 +61,7 @@ namespace {
 constexpr size_t kMaxFrame = 65536 + 64;      // a GSO frame plus its virtio-net header
 constexpr size_t kQueueLimitBytes = 256u << 20;  // beyond this the line tail-drops
 constexpr int64_t kSpinNs = 200000;  // wake this early and spin: an idle (virtual) CPU wakes slowly
+constexpr size_t kFirstDraws = 16;    // the delays each direction reports of the first frames it drew for
 
 volatile sig_atomic_t g_stop = 0;
 
@@ -95,20 +105,36 @@ struct Direction {
   size_t queued_bytes = 0;
   int64_t last_due = 0;
   uint64_t frames_in = 0, bytes_in = 0, frames_out = 0, bytes_out = 0, lost = 0, overflow = 0;
+  std::mt19937_64 rng;
+  std::vector<int64_t> first_us;  // the first kFirstDraws delays drawn since seeding, -1 for a loss
 
-  void admit(std::vector<uint8_t>&& frame, std::mt19937_64& rng) {
+  // This direction's generator from ``seed`` and its place ``index`` among all directions.
+  void seed(uint64_t seed, uint64_t index) {
+    std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(index)};
+    rng.seed(seq);
+    first_us.clear();
+  }
+
+  void note(int64_t us) {
+    if (first_us.size() < kFirstDraws) first_us.push_back(us);
+  }
+
+  void admit(std::vector<uint8_t>&& frame) {
     frames_in++;
     bytes_in += frame.size();
     if (loss_ppm && std::uniform_int_distribution<uint32_t>(0, 999999)(rng) < loss_ppm) {
       lost++;
+      note(-1);
       return;
     }
     if (queued_bytes + frame.size() > kQueueLimitBytes) {
       overflow++;
       return;
     }
-    int64_t due = now_ns() + delay_ns;
-    if (jitter_ns) due += std::uniform_int_distribution<int64_t>(-jitter_ns, jitter_ns)(rng);
+    int64_t drawn = delay_ns;
+    if (jitter_ns) drawn += std::uniform_int_distribution<int64_t>(-jitter_ns, jitter_ns)(rng);
+    note(drawn / 1000);
+    int64_t due = now_ns() + drawn;
     if (due < last_due) due = last_due;  // jitter never reorders, as on a single path
     last_due = due;
     queued_bytes += frame.size();
@@ -154,11 +180,17 @@ std::string counters_json(const Direction& d) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "{\"direction\": \"%s\", \"frames_in\": %llu, \"bytes_in\": %llu, \"frames_out\": %llu, "
-                "\"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu}",
+                "\"bytes_out\": %llu, \"lost\": %llu, \"overflow\": %llu, \"first_delays_us\": [",
                 d.name.c_str(), (unsigned long long)d.frames_in, (unsigned long long)d.bytes_in,
                 (unsigned long long)d.frames_out, (unsigned long long)d.bytes_out, (unsigned long long)d.lost,
                 (unsigned long long)d.overflow);
-  return line;
+  std::string out = line;
+  for (size_t i = 0; i < d.first_us.size(); i++) out += (i ? ", " : "") + std::to_string(d.first_us[i]);
+  return out + "]}";
+}
+
+void seed_all(std::vector<std::unique_ptr<Direction>>& dirs, uint64_t seed) {
+  for (size_t i = 0; i < dirs.size(); i++) dirs[i]->seed(seed, i);
 }
 
 // Applies one command line; returns the reply (one line).
@@ -171,9 +203,16 @@ std::string command(const std::string& line, std::vector<std::unique_ptr<Directi
     for (size_t i = 0; i < dirs.size(); i++) out += (i ? ", " : "") + counters_json(*dirs[i]);
     return out + "]";
   }
+  unsigned long long seed = 0;
+  char rest = 0;
+  if (std::sscanf(line.c_str(), "seed %llu %c", &seed, &rest) == 1) {
+    seed_all(dirs, seed);
+    return "ok";
+  }
   int got = std::sscanf(line.c_str(), "%15s %ld %7s %lld %lld", verb, &cable, dir, &a, &b);
   bool loss = got == 4 && std::strcmp(verb, "loss") == 0, delay = got == 5 && std::strcmp(verb, "delay") == 0;
-  if (!loss && !delay) return "error: expected 'loss CABLE ab|ba PPM', 'delay CABLE ab|ba DELAY_US JITTER_US' or 'counters'";
+  if (!loss && !delay) return "error: expected 'loss CABLE ab|ba PPM', 'delay CABLE ab|ba DELAY_US JITTER_US', 'seed SEED' or "
+                 "'counters'";
   bool ab = std::strcmp(dir, "ab") == 0;
   if ((!ab && std::strcmp(dir, "ba") != 0) || cable < 0 || size_t(2 * cable + 1) >= dirs.size())
     return "error: no such cable or direction";
@@ -199,7 +238,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   prctl(PR_SET_TIMERSLACK, 1UL);  // the default 50 us slack would add to every frame's delay
-  std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
   std::vector<std::unique_ptr<Direction>> dirs;
   std::vector<Direction*> by_fd;
   for (int c = 2; c < argc; c += kPerCable) {
@@ -217,6 +255,8 @@ int main(int argc, char** argv) {
     by_fd[fa] = dirs[dirs.size() - 2].get();
     by_fd[fb] = dirs[dirs.size() - 1].get();
   }
+
+  seed_all(dirs, std::strtoull(argv[1], nullptr, 10));
 
   struct sigaction sa{};
   sa.sa_handler = on_signal;
@@ -276,7 +316,7 @@ int main(int argc, char** argv) {
       for (int burst = 0; burst < 64; burst++) {
         ssize_t len = read(fd, buf.data(), buf.size());
         if (len <= 0) break;
-        d.admit(std::vector<uint8_t>(buf.begin(), buf.begin() + len), rng);
+        d.admit(std::vector<uint8_t>(buf.begin(), buf.begin() + len));
       }
     }
     int64_t t = now_ns();
