@@ -498,7 +498,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
     by_step: dict[tuple[int, int], list[dict]] = {}
     for ex in exchanges:
         by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)
-    checks, pulls, fixed_pull = [], {}, True
+    checks, pulls, fixed_pull, summing = [], {}, True, {}
     for step in complete:
         for rank in range(workers):
             done, problems, wire, payload, largest, messages = by_step.get((step, rank), []), [], 0, 0, 0, 0
@@ -516,6 +516,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
                 largest = max(largest, nbytes + ENVELOPE * len(parts))
                 messages += len(parts)
                 if rank == 0:                       # what the servers send back, to every worker
+                    summing.setdefault(step, set()).update(k for k, _ in parts)
                     back = [4 * sum(_numel(s) for s in shapes) if dense_pull or ex["numel"] < DENSE_FLOOR
                             else _part(method, options, shapes, ex["numel"], step, 0).payload_bytes for _, shapes in parts]
                     fixed_pull &= dense_pull or not chosen
@@ -530,23 +531,37 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
                                     sum(ex["payload_bytes"] for ex in done), len(done), messages, numel,
                                     sum(sent) if sent else None, problems))
     out = summarise([c for c in checks if c.step in judged], workers)
-    out.update(_servers_judged(server_steps, complete, checks, pulls, workers, fixed_pull))
+    out.update(_servers_judged(server_steps, complete, checks, pulls, workers, fixed_pull, summing))
     out["problems"] += out.pop("server_problems")
     out["ok"] = bool(checks) and not out["problems"]
     return out
 
 
 def _servers_judged(server_steps: list[dict], complete: list[int], checks: list[StepCheck], pulls: dict,
-                    workers: int, fixed_pull: bool) -> dict:
+                    workers: int, fixed_pull: bool, summing: dict[int, set[int]]) -> dict:
     """The servers' interface counters over the whole run, all servers together: in, every
     worker's pushes; out, every worker's pulls (judged where their size is fixed). A server reads
     its counters when the next step's first part has arrived, so its steps' rows each hold part of
-    the next; over the whole run nothing crosses an end, and the servers carry nothing else."""
+    the next; over the whole run nothing crosses an end, and the servers carry nothing else.
+    ``summing``: step -> the servers the workers pushed parts to; each must have recorded that
+    step (a server that summed nothing, or kept no record of it, breaks the contract)."""
     rows = [r for r in server_steps if r["step"] in complete]
-    problems = []
-    if not rows or any(r["rx_bytes"] is None for r in rows) or len(complete) < 1:
-        return {"servers": None, "server_problems": problems}
-    figures = {}
+    recorded = {(r["step"], r["rank"] - workers) for r in rows}
+    missing = [(step, k) for step in complete for k in sorted(summing.get(step, ())) if (step, k) not in recorded]
+    if missing:
+        step, k = missing[0]
+        more = f" (and {len(missing) - 1} more server steps)" if len(missing) > 1 else ""
+        text = (f"the servers recorded no step at all: nothing was summed, though the workers pushed {len(missing)} "
+                f"server steps' parts" if not rows else
+                f"server {k} recorded no step {step}, though the workers pushed parts to it{more}")
+        return {"servers": None, "server_problems": [{"term": "server steps", "step": None if not rows else step,
+                                                      "node": None, "text": text}]}
+    if any(r["rx_bytes"] is None or r["tx_bytes"] is None for r in rows):
+        return {"servers": None, "server_problems": [{"term": "server interface bytes", "step": None, "node": None,
+                                                      "text": "the servers recorded no interface counters"}]}
+    if not rows:
+        return {"servers": None, "server_problems": []}
+    problems, figures = [], {}
     for what, counters, contract, messages in (
             ("in", sum(r["rx_bytes"] for r in rows), sum(c.contract_wire for c in checks), sum(c.calls for c in checks)),
             ("out", sum(r["tx_bytes"] for r in rows), workers * sum(p[0] for p in pulls.values()),

@@ -205,3 +205,41 @@ def test_judge_names_a_payload_larger_than_the_contract():
         ex["payload_bytes"] += 4
     verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
     assert verdict["problems"][0]["term"] == "payload" and "1-bit codes 62500" in verdict["problems"][0]["text"]
+
+
+def fake_ps_run(steps: int = 5):
+    """A dense run over two parameter servers that keeps its contract: two workers push one bucket
+    of a 1000 x 500 matrix, cut in two blocks of 500 rows (1,000,000 bytes each, a 32-byte envelope
+    per message); each server takes in both workers' blocks and sends each worker its sum."""
+    layouts = {(rank, 0): [["w", [1000, 500]]] for rank in range(2)}
+    block = 4 * 500 * 500 + contracts.ENVELOPE
+    rows, exchanges, servers = [], [], []
+    for step in range(steps):
+        for rank in range(2):
+            exchanges.append({"step": step, "rank": rank, "seq": 0, "bucket": 0, "layout": 0, "numel": BIG,
+                              "sent": None, "payload_bytes": 4 * BIG})
+            rows.append({"step": step, "rank": rank, "tx_bytes": 2 * block + 100})
+        for k in range(2):
+            servers.append({"step": step, "rank": 2 + k, "rx_bytes": 2 * block + 100, "tx_bytes": 2 * block + 100})
+    return rows, exchanges, layouts, servers
+
+
+def judge_ps(rows, exchanges, layouts, servers):
+    return contracts.judge_ps("none", {}, {"servers": 2, "pull": "dense", "split": 1000}, 2, rows, exchanges, layouts,
+                              servers, model_numel=BIG)
+
+
+def test_judge_ps_passes_servers_that_summed_every_part():
+    verdict = judge_ps(*fake_ps_run())
+    assert verdict["ok"], verdict["problems"]
+    assert verdict["servers"]["in"]["contract_bytes"] == verdict["servers"]["out"]["contract_bytes"] == 5 * 4 * 1_000_032     # 5 steps, 2 workers x 2 blocks
+
+
+def test_judge_ps_fails_servers_that_recorded_no_step():
+    """A server loop that returned at once (or kept no record) summed nothing the contract can see."""
+    rows, exchanges, layouts, servers = fake_ps_run()
+    verdict = judge_ps(rows, exchanges, layouts, [])
+    assert not verdict["ok"] and [p["term"] for p in verdict["problems"]] == ["server steps"]
+    assert "the servers recorded no step at all" in verdict["problems"][0]["text"]
+    one_quiet = judge_ps(rows, exchanges, layouts, [s for s in servers if not (s["rank"] == 3 and s["step"] == 4)])
+    assert not one_quiet["ok"] and "server 1 recorded no step 4" in contracts.describe(one_quiet["problems"])[0]

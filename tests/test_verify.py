@@ -115,10 +115,16 @@ def test_parameter_servers_keep_the_contract_on_both_sides_of_their_links(tmp_pa
         for side in ("in", "out"):                          # the servers took in every push and sent every sum
             f = row["servers"][side]
             assert 1.0 <= f["counters_bytes"] / f["contract_bytes"] < 1.15, (row["method"], side, f)
+# Servers that sum every part but keep no record of it: to verify, servers that summed nothing.
+SERVERS_RECORD_NOTHING = """
+from gctestbed import results
+results.Recorder.server_step = lambda self, *args, **kw: None
+"""
 
 
 @pytest.mark.parametrize("plant, term", [(SERVER_PADS_PULLS, "server interface bytes"),
-                                         (SMALL_TO_EVERY_SERVER, "payload")])
+                                         (SMALL_TO_EVERY_SERVER, "payload"),
+                                         (SERVERS_RECORD_NOTHING, "server steps")])
 def test_verify_over_servers_fails_on_planted_bugs(tmp_path, state_dir, plant, term):
     proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit", plant=plant)
     assert proc.returncode == 1 and "broke their contract" in proc.stderr, proc.stderr
