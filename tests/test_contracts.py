@@ -151,13 +151,17 @@ def test_each_methods_payload_is_its_contracts_size(text):
 BIG = 500_000
 
 
-def fake_run(method: str, steps: int = 5, repeat: int = 1, sent: int | None = None, tx_scale: float = 1.0):
+def fake_run(method: str, steps: int = 5, repeat: int = 1, sent=None, tx_scale=1.0):
     """Records of a 2-node run with one bucket of a 1000 x 500 matrix as the contract says, every
-    bucket exchanged ``repeat`` times a step, counters ``tx_scale`` x the contract plus headers."""
+    bucket exchanged ``repeat`` times a step, counters ``tx_scale`` x the contract plus headers
+    (``sent`` and ``tx_scale`` may be functions of the step)."""
     name, opts = compress.resolve(method)
     layouts = {(r, 0): [["w", [1000, 500]]] for r in range(2)}
     exchanges, rows = [], []
+    chosen_at = sent if callable(sent) else (lambda step: sent)
+    scale_at = tx_scale if callable(tx_scale) else (lambda step: tx_scale)
     for step in range(steps):
+        sent, tx_scale = chosen_at(step), scale_at(step)
         for rank in range(2):
             c = contracts.bucket(name, opts, [[1000, 500]], step, sent)
             reduce_calls, gather_calls = c.calls
@@ -197,6 +201,37 @@ def test_judge_names_counters_above_or_below_the_contract():
         name, opts, rows, exchanges, layouts = fake_run("twobit", tx_scale=scale)
         verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
         assert [p["term"] for p in verdict["problems"]] == ["interface bytes"] * 2, scale
+
+
+def test_phases_follow_the_schedules_of_dgc_and_powersgd():
+    dgc = contracts.phases("dgc", options("dgc:steps_per_epoch=3"))
+    assert [(p.first, p.last) for p in dgc] == [(0, 2), (3, 5), (6, 8), (9, 11), (12, None)]
+    assert [p.name for p in dgc][::4] == ["warm-up epoch 0 (density 0.25)", "after warm-up (density 0.001)"]
+    assert [(p.first, p.last) for p in contracts.phases("powersgd", options("powersgd"))] == [(0, 9), (10, None)]
+    assert [(p.first, p.last) for p in contracts.phases("powersgd", options("powersgd:start_iter=0"))] == [(0, None)]
+    assert [(p.first, p.last) for p in contracts.phases("dgc", options("dgc:warmup_epochs=0"))] == [(0, None)]
+    assert len(contracts.phases("topk", options("topk"))) == 1
+
+
+def dgc_k(step: int, o=options("dgc:steps_per_epoch=3")) -> int:
+    return math.ceil(contracts.dgc_density(o, step) * BIG)
+
+
+def test_judge_lists_the_steps_it_judged_in_each_phase():
+    name, opts, rows, exchanges, layouts = fake_run("dgc:steps_per_epoch=3", steps=15, sent=dgc_k)
+    verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
+    assert verdict["ok"], verdict["problems"]
+    assert [p["steps_judged"] for p in verdict["phases"]] == [[2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14]]
+
+
+def test_judge_checks_the_counters_of_each_phase_on_its_own():
+    """After DGC's warm-up a node sends 3x the contract: the warm-up's larger steps would hide it in
+    one window over the run, its own phase's window shows it."""
+    name, opts, rows, exchanges, layouts = fake_run("dgc:steps_per_epoch=3", steps=20, sent=dgc_k,
+                                                    tx_scale=lambda step: 3.0 if step >= 12 else 1.0)
+    verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
+    assert [p["term"] for p in verdict["problems"]] == ["interface bytes"] * 2
+    assert "steps 12-19 (after warm-up (density 0.001))" in verdict["problems"][0]["text"]
 
 
 def test_judge_names_a_payload_larger_than_the_contract():
