@@ -247,8 +247,39 @@ def bucket(method: str, options: dict[str, Any], shapes: list[Shape], step: int,
     return METHODS[method](options, shapes, step, sent)
 
 
+@dataclass
+class Phase:
+    """A stretch of steps over which a method's contract keeps one form: ``first`` to ``last``
+    (None: to the end of the run)."""
+
+    name: str
+    first: int
+    last: int | None = None
+
+    def holds(self, step: int) -> bool:
+        return self.first <= step and (self.last is None or step <= self.last)
+
+
+def phases(method: str, options: dict[str, Any]) -> list[Phase]:
+    """The phases of a method's schedule, from its paper and options: DGC's warm-up epochs (each at
+    its own density) and the steps after them; PowerSGD's plain all-reduce before start_iter and the
+    compressed steps from it; one phase for every other method (their contracts do not change with
+    the step)."""
+    if method == "dgc":
+        spe, epochs = options["steps_per_epoch"], options["warmup_epochs"]
+        warm = [Phase(f"warm-up epoch {e} (density {dgc_density(options, e * spe):g})", e * spe, (e + 1) * spe - 1)
+                for e in range(epochs)]
+        return warm + [Phase(f"after warm-up (density {options['ratio']:g})", epochs * spe)]
+    if method == "powersgd":
+        start = options["start_iter"]
+        dense = [Phase("dense start (all-reduced whole)", 0, start - 1)] if start else []
+        return dense + [Phase(f"compressed (rank {options['rank']})", start)]
+    return [Phase("every step", 0)]
+
+
 # --- judging a run -------------------------------------------------------------------------------
 
+FIRST_JUDGED = 2           # DDP's first two steps are not judged (see judge)
 FRAMING = 0.03             # Ethernet, IP and TCP headers and ACKs, in proportion to the bytes sent
 CALL_OVERHEAD = 2048       # bytes per collective call beyond its payload: Gloo's messages, TCP's ACKs
 # Measured on this project's VM (verify's job, all 17 methods): 750-1000 bytes beyond the contract per
@@ -301,12 +332,12 @@ def judge(method: str, options: dict[str, Any], world: int, steps: list[dict], e
     tx = {(s["step"], s["rank"]): s.get("tx_bytes") for s in steps}
     complete = sorted({s for s, _ in tx if all((s, r) in tx for r in range(world))})
     if first_step is None:
-        first_step = 2 if len(complete) > 2 else 0
+        first_step = FIRST_JUDGED if len(complete) > FIRST_JUDGED else 0
     judged = [s for s in complete if s >= first_step]
     if model_numel is None and layouts:
         model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
     checks = [c for step in judged for c in _judge_step(method, options, world, step, by_step, tx, layouts, model_numel)]
-    return summarise(checks, world)
+    return summarise(checks, world, phases(method, options))
 
 
 def _judge_step(method, options, world, step, by_step, tx, layouts, model_numel) -> list[StepCheck]:
@@ -364,13 +395,15 @@ def wire_window(checks: list[StepCheck]) -> tuple[int, int, int, int]:
     return counters, contract, contract - edge, round(contract * (1 + FRAMING) + CALL_OVERHEAD * calls + edge)
 
 
-def summarise(checks: list[StepCheck], world: int) -> dict:
+def summarise(checks: list[StepCheck], world: int, schedule: list[Phase] | None = None) -> dict:
     """The judged steps' figures (bytes on the wire averaged over the window, the rest medians of
-    rank means), the counters against the contract over the window, and every problem found."""
+    rank means), the counters against the contract over each phase of ``schedule`` (the whole
+    window where it is one phase), the steps judged in each phase, and every problem found."""
     def median(values):
         vals = [v for v in values if v is not None]
         return statistics.median(vals) if vals else None
 
+    schedule = schedule or [Phase("every step", 0)]
     per_step: dict[int, list[StepCheck]] = {}
     for c in checks:
         per_step.setdefault(c.step, []).append(c)
@@ -385,14 +418,25 @@ def summarise(checks: list[StepCheck], world: int) -> dict:
         mine = [c for c in checks if c.rank == rank]
         if not mine or any(c.counters is None for c in mine):
             continue
-        counters, contract, low, high = wire_window(mine)
+        counters, contract, _, _ = wire_window(mine)
         windows.append((counters / len(mine), contract / len(mine)))
-        if not low <= counters <= high:
-            problems.append({"term": "interface bytes", "step": None, "node": rank, "text":
-                             f"steps {mine[0].step}-{mine[-1].step}: the interface sent {counters} bytes, the contract "
-                             f"{contract}" + (f" ({counters / contract:.3g}x)" if contract else "") +
-                             f"; allowed {low}..{high} (headers, and one bucket crossing each end)"})
+        largest = {c.step: c.largest_bucket_wire for c in mine}
+        for phase in schedule:
+            part = [c for c in mine if phase.holds(c.step)]
+            if not part:
+                continue
+            counters, contract, low, high = wire_window(part)
+            before = largest.get(part[0].step - 1, 0)       # the step before may cross into the phase: its bucket
+            high += max(0, before - max(c.largest_bucket_wire for c in part))
+            if not low <= counters <= high:
+                within = f" ({phase.name})" if len(schedule) > 1 else ""
+                problems.append({"term": "interface bytes", "step": None, "node": rank, "text":
+                                 f"steps {part[0].step}-{part[-1].step}{within}: the interface sent {counters} bytes, "
+                                 f"the contract {contract}" + (f" ({counters / contract:.3g}x)" if contract else "") +
+                                 f"; allowed {low}..{high} (headers, and one bucket crossing each end)"})
     return {"steps_judged": sorted(per_step),
+            "phases": [{"phase": p.name, "first": p.first, "last": p.last,
+                        "steps_judged": [s for s in sorted(per_step) if p.holds(s)]} for p in schedule],
             # bytes on the wire: the window's, per step and node (a step's own counters may hold part of the next's)
             "contract_wire_bytes": statistics.fmean(w[1] for w in windows) if windows else per_step_mean("contract_wire"),
             "counters_bytes": statistics.fmean(w[0] for w in windows) if windows else None,
@@ -504,7 +548,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
     servers, dense_pull = comm_options["servers"], comm_options["pull"] == "dense"
     tx = {(s["step"], s["rank"]): s.get("tx_bytes") for s in steps}
     complete = sorted({s for s, _ in tx if all((s, r) in tx for r in range(workers))})
-    judged = [s for s in complete if s >= (2 if len(complete) > 2 else 0)]
+    judged = [s for s in complete if s >= (FIRST_JUDGED if len(complete) > FIRST_JUDGED else 0)]
     if model_numel is None and layouts:
         model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
     numbered = sorted(n for r, n in layouts if r == 0)
@@ -513,7 +557,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
     by_step: dict[tuple[int, int], list[dict]] = {}
     for ex in exchanges:
         by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)
-    checks, pulls, fixed_pull = [], {}, True
+    checks, pulls, fixed_pull, summing = [], {}, True, {}
     for step in complete:
         for rank in range(workers):
             done, problems, wire, payload, largest, messages = by_step.get((step, rank), []), [], 0, 0, 0, 0
@@ -531,6 +575,7 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
                 largest = max(largest, nbytes + ENVELOPE * len(parts))
                 messages += len(parts)
                 if rank == 0:                       # what the servers send back, to every worker
+                    summing.setdefault(step, set()).update(k for k, _ in parts)
                     back = [4 * sum(_numel(s) for s in shapes) if dense_pull or ex["numel"] < DENSE_FLOOR
                             else _part(method, options, shapes, ex["numel"], step, 0).payload_bytes for _, shapes in parts]
                     fixed_pull &= dense_pull or not chosen
@@ -544,24 +589,38 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
             checks.append(StepCheck(step, rank, wire, tx.get((step, rank)), largest, payload,
                                     sum(ex["payload_bytes"] for ex in done), len(done), messages, numel,
                                     sum(sent) if sent else None, problems))
-    out = summarise([c for c in checks if c.step in judged], workers)
-    out.update(_servers_judged(server_steps, complete, checks, pulls, workers, fixed_pull))
+    out = summarise([c for c in checks if c.step in judged], workers, phases(method, options))
+    out.update(_servers_judged(server_steps, complete, checks, pulls, workers, fixed_pull, summing))
     out["problems"] += out.pop("server_problems")
     out["ok"] = bool(checks) and not out["problems"]
     return out
 
 
 def _servers_judged(server_steps: list[dict], complete: list[int], checks: list[StepCheck], pulls: dict,
-                    workers: int, fixed_pull: bool) -> dict:
+                    workers: int, fixed_pull: bool, summing: dict[int, set[int]]) -> dict:
     """The servers' interface counters over the whole run, all servers together: in, every
     worker's pushes; out, every worker's pulls (judged where their size is fixed). A server reads
     its counters when the next step's first part has arrived, so its steps' rows each hold part of
-    the next; over the whole run nothing crosses an end, and the servers carry nothing else."""
+    the next; over the whole run nothing crosses an end, and the servers carry nothing else.
+    ``summing``: step -> the servers the workers pushed parts to; each must have recorded that
+    step (a server that summed nothing, or kept no record of it, breaks the contract)."""
     rows = [r for r in server_steps if r["step"] in complete]
-    problems = []
-    if not rows or any(r["rx_bytes"] is None for r in rows) or len(complete) < 1:
-        return {"servers": None, "server_problems": problems}
-    figures = {}
+    recorded = {(r["step"], r["rank"] - workers) for r in rows}
+    missing = [(step, k) for step in complete for k in sorted(summing.get(step, ())) if (step, k) not in recorded]
+    if missing:
+        step, k = missing[0]
+        more = f" (and {len(missing) - 1} more server steps)" if len(missing) > 1 else ""
+        text = (f"the servers recorded no step at all: nothing was summed, though the workers pushed {len(missing)} "
+                f"server steps' parts" if not rows else
+                f"server {k} recorded no step {step}, though the workers pushed parts to it{more}")
+        return {"servers": None, "server_problems": [{"term": "server steps", "step": None if not rows else step,
+                                                      "node": None, "text": text}]}
+    if any(r["rx_bytes"] is None or r["tx_bytes"] is None for r in rows):
+        return {"servers": None, "server_problems": [{"term": "server interface bytes", "step": None, "node": None,
+                                                      "text": "the servers recorded no interface counters"}]}
+    if not rows:
+        return {"servers": None, "server_problems": []}
+    problems, figures = [], {}
     for what, counters, contract, messages in (
             ("in", sum(r["rx_bytes"] for r in rows), sum(c.contract_wire for c in checks), sum(c.calls for c in checks)),
             ("out", sum(r["tx_bytes"] for r in rows), workers * sum(p[0] for p in pulls.values()),

@@ -174,14 +174,14 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
     counts = {"ok": 0, "failed": 0}
     current: Cell | None = None
     try:
-        for index, cell in enumerate(cells):
+        for cell in cells:
             current = cell
             measure = grid.calibrate == "all" or (grid.calibrate == "first" and cell.link not in calibrated)
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
             if hosts is not None:
                 with runner.signals_raise():        # as a run's: Ctrl-C and SIGTERM stop the step, even where
-                    summary = hosts.run(cell, measure, index)   # the sweep was started with SIGINT ignored
+                    summary = hosts.run(cell, measure)          # the sweep was started with SIGINT ignored
             else:
                 summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
             if measure and not summary.calibration_missed:
@@ -215,13 +215,13 @@ class _Hosts:
         self.state: ledger.RunState | None = None
         self.alloc: slurm.Allocation | None = None
 
-    def run(self, cell: Cell, calibrate: bool, index: int) -> results.RunSummary:
+    def run(self, cell: Cell, calibrate: bool) -> results.RunSummary:
         if self.alloc is None:
             self.state = ledger.RunState.create(results_db=results.db_path(self.grid.results_dir))
             self.state.update(meta={"kind": "slurm allocation"})
             self.alloc = slurm.Allocation.obtain(self.size, self.grid.partition, self.state)
         spec = resolve(cell.spec.replace(calibrate=calibrate), secrets.token_hex(3))
-        return slurm.run_cell(spec, node_args(cell, self.grid, calibrate), self.alloc, self.grid.dev, index)
+        return slurm.run_cell(spec, node_args(cell, self.grid, calibrate), self.alloc, self.grid.dev)
 
     def close(self) -> list[str]:
         return self.state.undo() if self.state is not None else []

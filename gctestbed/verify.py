@@ -9,6 +9,13 @@ term by term, the interface counters lie between the contract's bytes and those 
 and the replicas end bit-identical. Over parameter servers (``--comm ps``) each worker's pushes
 are judged the same way part by part, and the servers' interfaces, over the whole run, must have
 taken in every push and sent out every pull (contracts.judge_ps).
+
+A method whose contract changes with the step (contracts.phases: DGC's warm-up epochs and the steps
+after them, PowerSGD's dense start and its compressed steps) is judged in every phase, whatever
+options were typed: a schedule option left out is set short (SCHEDULE) so that each phase has a
+judged step, the run is as long as the last phase needs, and the report lists the steps judged
+in each phase. Typed options that put a whole phase in DDP's first two steps, which are never
+judged, or past MAX_STEPS, are refused.
 """
 
 from __future__ import annotations
@@ -16,25 +23,56 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import compress, flags, results, runner, workloads
-from .spec import SpecError
+from . import compress, contracts, flags, results, runner, workloads
+from .spec import SpecError, parse_choice
 
 MODEL = "mlp:width=512,depth=2,input_dim=512"     # 0.8 M parameters: 3.2 MB, two DDP buckets of <= 1 MB after step 0
 BUCKET_CAP_MB = "1"
 STEPS = 8
-# Options that let a short job reach each method's compressed path: PowerSGD past its plain start,
-# DGC's warm-up over steps 0-3 (one step an epoch) and its final density from step 4.
-OPTIONS = {"powersgd": "powersgd:start_iter=2", "dgc": "dgc:steps_per_epoch=1"}
+# Schedule options set where they were not typed, short enough that a short job judges every phase
+# (the first judged step is contracts.FIRST_JUDGED = 2): DGC's four warm-up epochs of 3 steps
+# (steps 2, 3-5, 6-8, 9-11) and its final density from step 12; PowerSGD's dense start at steps 2-3
+# and its compressed steps from 4.
+SCHEDULE = {"dgc": {"steps_per_epoch": 3}, "powersgd": {"start_iter": 4}}
+LAST_PHASE_STEPS = 2       # judged steps at least in a method's last phase
+MAX_STEPS = 100            # a schedule that needs more is refused (typed options can ask for any length)
 
 
-def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce") -> list[str]:
-    """``--compressor`` values ('M;M...' or repeated) -> method texts; none given: every method
-    (every one ``comm`` can carry), with OPTIONS where set. A method ``comm`` refuses: its sentence."""
+def scheduled(text: str) -> str:
+    """``text`` with SCHEDULE's options added where it does not set them: 'dgc' -> 'dgc:steps_per_epoch=3'."""
+    name, raw = parse_choice(text, "compressor")
+    added = [f"{k}={v}" for k, v in SCHEDULE.get(name, {}).items() if k not in raw]
+    return text if not added else text + ("," if raw else ":") + ",".join(added)
+
+
+def steps_for(text: str, steps: int) -> int:
+    """Steps the method's run needs to judge each of its phases (at least ``steps``); a phase that
+    lies wholly before the first judged step, or a schedule longer than MAX_STEPS: one SpecError."""
+    name, options = compress.resolve(text)
+    schedule = contracts.phases(name, options)
+    for phase in schedule:
+        if phase.last is not None and phase.last < contracts.FIRST_JUDGED:
+            where = f"step {phase.first}" if phase.first == phase.last else f"steps {phase.first}-{phase.last}"
+            raise SpecError(f"'{text}' puts its {phase.name} in {where}, which verify cannot "
+                            f"judge (DDP's first {contracts.FIRST_JUDGED} steps never are): lengthen it, or leave the "
+                            f"option out and verify sets {name}'s schedule itself.")
+    need = max(steps, schedule[-1].first + LAST_PHASE_STEPS, contracts.FIRST_JUDGED + LAST_PHASE_STEPS)
+    if need > MAX_STEPS:
+        raise SpecError(f"'{text}' needs {need} steps to reach every phase of its schedule, more than verify's "
+                        f"{MAX_STEPS}: shorten it, or leave its schedule options out and verify sets them.")
+    return need
+
+
+def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce", steps: int = STEPS) -> list[str]:
+    """``--compressor`` values ('M;M...' or repeated) -> the method texts verify runs (SCHEDULE's
+    options added where not typed); none given: every method (every one ``comm`` can carry). A
+    method ``comm`` refuses, or whose phases cannot all be judged: its sentence."""
     given = [part.strip() for text in texts for part in text.split(";") if part.strip()]
-    chosen = given or [OPTIONS.get(name, name) for name in compress.names()]
+    chosen = [scheduled(text) for text in (given or compress.names())]
     carried = []
     for text in chosen:
         compress.resolve(text)                    # an unknown method or option: one SpecError now
+        steps_for(text, steps)
         try:
             flags.build_spec(compressor=text, comm=comm)
         except SpecError:
@@ -60,7 +98,8 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
     rows, base = [], None
     for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
         on_phase(text)
-        spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL, steps=str(steps),
+        spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL,
+                                steps=str(steps_for(text, steps)),
                                 batch_size="32", lr="0.05", seed="0", bucket_cap_mb=BUCKET_CAP_MB, timeout="120s",
                                 results_dir=results_dir, calibrate=False, comm=comm)
         summary = runner.run(spec)
@@ -69,7 +108,7 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
             check = results.contract_check(conn, summary.run_id, spec, numel)
         finally:
             conn.close()
-        row = judge_row(text, summary, check, base)
+        row = judge_row(text, summary, check, base, spec.steps)
         base = base or row
         if text in methods:
             rows.append(row)
@@ -77,9 +116,13 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
             "none": base, "methods": rows, "ok": bool(rows) and all(r["ok"] for r in rows) and base["ok"]}
 
 
-def judge_row(text: str, summary: results.RunSummary, check: dict | None, base: dict | None) -> dict:
-    """One method's verdict from its run's summary and contract check, beside ``none``'s row."""
+def judge_row(text: str, summary: results.RunSummary, check: dict | None, base: dict | None, steps: int) -> dict:
+    """One method's verdict from its run's summary and contract check, beside ``none``'s row: a
+    phase of its schedule in which no step was judged is a problem too."""
     problems = list(check["problems"]) if check else [_problem("exchanges", "the run recorded no exchanges")]
+    for phase in (check["phases"] if check else []):
+        if not phase["steps_judged"]:
+            problems.append(_problem("phases", f"no step of its {phase['phase']} was judged"))
     if summary.status != "ok":
         problems.insert(0, _problem("run", f"the run failed: {summary.error}"))
     if summary.params_identical is not True:
@@ -95,7 +138,8 @@ def judge_row(text: str, summary: results.RunSummary, check: dict | None, base: 
             "ratio_to_none": counters / reference if counters and reference else None,
             "payload_bytes": check["accounting_bytes"] if check else None,
             "exchanges_per_step": exchanges, "collectives_per_step": check["collectives_per_step"] if check else None,
-            "sent_fraction": check["sent_fraction"] if check else None, "steps_judged": check["steps_judged"] if check else [],
+            "sent_fraction": check["sent_fraction"] if check else None, "steps": steps,
+            "steps_judged": check["steps_judged"] if check else [], "phases": check["phases"] if check else [],
             "params_identical": summary.params_identical, "servers": check.get("servers") if check else None,
             "ok": not problems, "problems": problems}
 

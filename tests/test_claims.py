@@ -58,10 +58,11 @@ def test_a_region_judges_an_interval_inside_clear_of_or_across_its_edge():
 # -- synthetic stores: cells written through the real Recorder, as workers write them ------------
 
 def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], accuracy: float | None = None,
-         samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None) -> None:
+         samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None,
+         repeat: int = 0) -> None:
     """One finished sweep cell of two ranks with these step times, held-out accuracy, bytes sent
     (the interface counters) and payload bytes (gctestbed's accounting; default: the same)."""
-    run_id = run_id or f"r{abs(hash(json.dumps(params, sort_keys=True))) % 10**10}"
+    run_id = run_id or f"r{abs(hash(json.dumps(params, sort_keys=True))) % 10**10}-{repeat}"
     spec = RunSpec(nodes=int(params["nodes"]), link=LinkSpec(bw_bps=parse_rate(params["bw"])), compressor=params["compressor"].split(":")[0],
                    workload=params["workload"].split(":")[0], steps=len(step_times), batch_size=int(params["batch_size"]),
                    mode=params["mode"], results_dir=results_dir, run_id=run_id)
@@ -73,7 +74,7 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
     rec.node(0, eval_accuracy=accuracy, eval_samples=samples)
     rec.evaluation(len(step_times), 1.0, accuracy, samples)
     rec.finish_run("ok")
-    results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), 0, "ok", run_id)
+    results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), repeat, "ok", run_id)
     rec.close()
 
 
@@ -120,15 +121,34 @@ def test_an_accuracy_claim_is_judged_with_the_binomial_error_of_its_held_out_set
     assert small["parts"][0]["low"] < -1 < small["parts"][0]["high"]
 
 
-def test_a_bytes_claim_reads_the_interface_counters_not_the_payload_accounting(tmp_path):
+def judge_g(tmp_path, dgc_tx: list[int], dgc_payload: int | None = None) -> dict:
+    """Claim g (DGC sends 270x to 600x fewer bytes than none) on a made-up store: none sends 3.4 MB a
+    step on both layouts, DGC ``dgc_tx[i]`` bytes in repeat i (the interface counters)."""
     name = EXPERIMENTS["dgc-bytes"].sweep_name(True)
     for workload in ("{fc}", "{vgg}"):
         cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload, compressor="none"), [0.1] * 3, tx=3_400_000)
-        cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload, compressor="dgc:ratio=0.001,warmup_epochs=0"),
-             [0.1] * 3, tx=10_000, payload=3_400)        # an accounting that claims 1000x is not believed
-    g = judge.judge(catalog.BY_ID["g"], True, str(tmp_path))
+        for repeat, tx in enumerate(dgc_tx):
+            cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload, compressor="dgc:ratio=0.001,warmup_epochs=0"),
+                 [0.1] * 3, tx=tx, payload=dgc_payload, repeat=repeat)
+    return judge.judge(catalog.BY_ID["g"], True, str(tmp_path))
+
+
+def test_a_bytes_claim_reads_the_interface_counters_not_the_payload_accounting(tmp_path):
+    g = judge_g(tmp_path, [10_000], dgc_payload=3_400)      # an accounting that claims 1000x is not believed
     assert g["verdict"] == AGREE and g["parts"][0]["value"] == pytest.approx(340)
     assert g["parts"][0]["detail"]["payload_ratio"] == pytest.approx(1000)
+
+
+def test_claim_g_agrees_disagrees_or_is_inconclusive_by_the_bytes_its_runs_sent(tmp_path):
+    """The machinery, on figures made up for each verdict; never what today's measurement gives."""
+    assert judge_g(tmp_path / "inside", [10_000])["verdict"] == AGREE                  # 340x: inside 270..600
+    assert judge_g(tmp_path / "little", [100_000])["verdict"] == DISAGREE              # 34x: clear of it
+    assert judge_g(tmp_path / "much", [3_400])["verdict"] == DISAGREE                  # 1000x: clear above it
+    across = judge_g(tmp_path / "across", [10_000, 15_000])                           # 227x..340x over repeats
+    assert across["verdict"] == INCONCLUSIVE
+    part = across["parts"][0]
+    assert part["low"] == pytest.approx(3_400_000 / 15_000) and part["high"] == pytest.approx(340)
+    assert part["detail"]["interval"] == "range over repeats"
 
 
 def test_a_claim_whose_experiments_have_not_run_is_inconclusive_and_says_so(tmp_path):
@@ -150,8 +170,10 @@ def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.root
-def test_claim_g_runs_end_to_end_and_agrees_with_the_kernels_counters(tmp_path, state_dir):
-    """DGC's 270-600x, on a real 2-node run of the AlexNet and VGG-16 layouts (about a minute)."""
+def test_claim_g_runs_end_to_end_and_reads_the_kernels_counters(tmp_path, state_dir):
+    """DGC's 270-600x, on a real 2-node run of the AlexNet and VGG-16 layouts (about a minute): the
+    claim is measured and judged, whatever the verdict (the verdict rule is tested above on made-up
+    figures; what this machine measures is for docs/claims.md, not a test)."""
     out = gct("claims", "run", "g", "--quick", "--json", "--results", str(tmp_path), cwd=str(tmp_path), timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     (g,) = json.loads(out.stdout)["claims"]
@@ -160,7 +182,6 @@ def test_claim_g_runs_end_to_end_and_agrees_with_the_kernels_counters(tmp_path, 
         assert part["value"] is not None and part["detail"]["wire_bytes_per_step"] > 0
         # the accounting and the kernel's counters tell the same story, within headers' worth
         assert part["value"] == pytest.approx(part["detail"]["payload_ratio"], rel=0.25)
-    assert g["verdict"] == AGREE, g      # what this machine measured when docs/claims.md was written
 
 
 def test_with_another_baseline_the_speed_parts_compare_against_it(tmp_path):

@@ -151,13 +151,17 @@ def test_each_methods_payload_is_its_contracts_size(text):
 BIG = 500_000
 
 
-def fake_run(method: str, steps: int = 5, repeat: int = 1, sent: int | None = None, tx_scale: float = 1.0):
+def fake_run(method: str, steps: int = 5, repeat: int = 1, sent=None, tx_scale=1.0):
     """Records of a 2-node run with one bucket of a 1000 x 500 matrix as the contract says, every
-    bucket exchanged ``repeat`` times a step, counters ``tx_scale`` x the contract plus headers."""
+    bucket exchanged ``repeat`` times a step, counters ``tx_scale`` x the contract plus headers
+    (``sent`` and ``tx_scale`` may be functions of the step)."""
     name, opts = compress.resolve(method)
     layouts = {(r, 0): [["w", [1000, 500]]] for r in range(2)}
     exchanges, rows = [], []
+    chosen_at = sent if callable(sent) else (lambda step: sent)
+    scale_at = tx_scale if callable(tx_scale) else (lambda step: tx_scale)
     for step in range(steps):
+        sent, tx_scale = chosen_at(step), scale_at(step)
         for rank in range(2):
             c = contracts.bucket(name, opts, [[1000, 500]], step, sent)
             reduce_calls, gather_calls = c.calls
@@ -199,9 +203,78 @@ def test_judge_names_counters_above_or_below_the_contract():
         assert [p["term"] for p in verdict["problems"]] == ["interface bytes"] * 2, scale
 
 
+def test_phases_follow_the_schedules_of_dgc_and_powersgd():
+    dgc = contracts.phases("dgc", options("dgc:steps_per_epoch=3"))
+    assert [(p.first, p.last) for p in dgc] == [(0, 2), (3, 5), (6, 8), (9, 11), (12, None)]
+    assert [p.name for p in dgc][::4] == ["warm-up epoch 0 (density 0.25)", "after warm-up (density 0.001)"]
+    assert [(p.first, p.last) for p in contracts.phases("powersgd", options("powersgd"))] == [(0, 9), (10, None)]
+    assert [(p.first, p.last) for p in contracts.phases("powersgd", options("powersgd:start_iter=0"))] == [(0, None)]
+    assert [(p.first, p.last) for p in contracts.phases("dgc", options("dgc:warmup_epochs=0"))] == [(0, None)]
+    assert len(contracts.phases("topk", options("topk"))) == 1
+
+
+def dgc_k(step: int, o=options("dgc:steps_per_epoch=3")) -> int:
+    return math.ceil(contracts.dgc_density(o, step) * BIG)
+
+
+def test_judge_lists_the_steps_it_judged_in_each_phase():
+    name, opts, rows, exchanges, layouts = fake_run("dgc:steps_per_epoch=3", steps=15, sent=dgc_k)
+    verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
+    assert verdict["ok"], verdict["problems"]
+    assert [p["steps_judged"] for p in verdict["phases"]] == [[2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14]]
+
+
+def test_judge_checks_the_counters_of_each_phase_on_its_own():
+    """After DGC's warm-up a node sends 3x the contract: the warm-up's larger steps would hide it in
+    one window over the run, its own phase's window shows it."""
+    name, opts, rows, exchanges, layouts = fake_run("dgc:steps_per_epoch=3", steps=20, sent=dgc_k,
+                                                    tx_scale=lambda step: 3.0 if step >= 12 else 1.0)
+    verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
+    assert [p["term"] for p in verdict["problems"]] == ["interface bytes"] * 2
+    assert "steps 12-19 (after warm-up (density 0.001))" in verdict["problems"][0]["text"]
+
+
 def test_judge_names_a_payload_larger_than_the_contract():
     name, opts, rows, exchanges, layouts = fake_run("onebit")
     for ex in exchanges:
         ex["payload_bytes"] += 4
     verdict = contracts.judge(name, opts, 2, rows, exchanges, layouts, model_numel=BIG)
     assert verdict["problems"][0]["term"] == "payload" and "1-bit codes 62500" in verdict["problems"][0]["text"]
+
+
+def fake_ps_run(steps: int = 5):
+    """A dense run over two parameter servers that keeps its contract: two workers push one bucket
+    of a 1000 x 500 matrix, cut in two blocks of 500 rows (1,000,000 bytes each, a 32-byte envelope
+    per message); each server takes in both workers' blocks and sends each worker its sum."""
+    layouts = {(rank, 0): [["w", [1000, 500]]] for rank in range(2)}
+    block = 4 * 500 * 500 + contracts.ENVELOPE
+    rows, exchanges, servers = [], [], []
+    for step in range(steps):
+        for rank in range(2):
+            exchanges.append({"step": step, "rank": rank, "seq": 0, "bucket": 0, "layout": 0, "numel": BIG,
+                              "sent": None, "payload_bytes": 4 * BIG})
+            rows.append({"step": step, "rank": rank, "tx_bytes": 2 * block + 100})
+        for k in range(2):
+            servers.append({"step": step, "rank": 2 + k, "rx_bytes": 2 * block + 100, "tx_bytes": 2 * block + 100})
+    return rows, exchanges, layouts, servers
+
+
+def judge_ps(rows, exchanges, layouts, servers):
+    return contracts.judge_ps("none", {}, {"servers": 2, "pull": "dense", "split": 1000}, 2, rows, exchanges, layouts,
+                              servers, model_numel=BIG)
+
+
+def test_judge_ps_passes_servers_that_summed_every_part():
+    verdict = judge_ps(*fake_ps_run())
+    assert verdict["ok"], verdict["problems"]
+    assert verdict["servers"]["in"]["contract_bytes"] == verdict["servers"]["out"]["contract_bytes"] == 5 * 4 * 1_000_032     # 5 steps, 2 workers x 2 blocks
+
+
+def test_judge_ps_fails_servers_that_recorded_no_step():
+    """A server loop that returned at once (or kept no record) summed nothing the contract can see."""
+    rows, exchanges, layouts, servers = fake_ps_run()
+    verdict = judge_ps(rows, exchanges, layouts, [])
+    assert not verdict["ok"] and [p["term"] for p in verdict["problems"]] == ["server steps"]
+    assert "the servers recorded no step at all" in verdict["problems"][0]["text"]
+    one_quiet = judge_ps(rows, exchanges, layouts, [s for s in servers if not (s["rank"] == 3 and s["step"] == 4)])
+    assert not one_quiet["ok"] and "server 1 recorded no step 4" in contracts.describe(one_quiet["problems"])[0]

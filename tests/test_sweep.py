@@ -170,3 +170,33 @@ def test_a_slurm_sweep_takes_its_cells_to_gctestbed_node_as_typed(tmp_path):
     assert cell.spec.launcher == "netns"          # as 'gctestbed node' builds its spec
     with pytest.raises(SpecError, match="every node is a host of its own"):
         sweep.plan(sweep.Grid(axes=g.axes, launcher="slurm", cpus_per_node="0.5", results_dir=str(tmp_path)))
+
+
+def test_a_resumed_slurm_sweep_gives_the_interrupted_cell_a_fresh_rendezvous_port(tmp_path, monkeypatch):
+    """srun faked (launch/slurm.py's subprocess): the first step is interrupted, the sweep resumed;
+    no step, the interrupted one's retry included, takes a port an earlier step took."""
+    import types
+    from gctestbed.launch import slurm
+    ports, interrupt = [], [True]
+
+    class Step:
+        def __init__(self, argv, **kw):
+            ports.append(argv[argv.index("--rdzv") + 1].rsplit(":", 1)[1])
+
+        def wait(self, timeout=None):
+            if interrupt.pop() if interrupt else False:
+                raise KeyboardInterrupt
+            return 1
+
+    monkeypatch.setattr(slurm, "subprocess", types.SimpleNamespace(
+        Popen=Step, run=lambda *a, **k: None, TimeoutExpired=TimeoutError, STDOUT=-2, DEVNULL=-3))
+    monkeypatch.setattr(slurm.Allocation, "obtain", classmethod(lambda cls, n, p, s: cls("7", ["h0", "h1"], {"h0": "a0", "h1": "a1"})))
+    g = _grid(tmp_path, bw=["1gbit"], compressor=["none", "fp16"])
+    g.launcher, g.repeat = "slurm", 1
+    cells = sweep.plan(g)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(g, "s", sweep.todo(cells, "s", str(tmp_path)))
+    left = sweep.todo(cells, "s", str(tmp_path))
+    assert left == cells                                    # the first cell was interrupted, the second never ran
+    sweep.run(g, "s", left)
+    assert len(ports) == 3 and len(set(ports)) == 3, ports

@@ -59,7 +59,10 @@ def test_every_method_keeps_its_contract(tmp_path, state_dir):
         assert row["exchanges_per_step"] == base["exchanges_per_step"] >= 2, row
         summary = results.summarize(conn, results.find_run(conn, row["run_id"]))
         assert summary.buckets_per_step == none_summary.buckets_per_step, row["method"]
-        assert row["steps_judged"] == list(range(2, report["steps"]))
+        assert row["steps_judged"] == list(range(2, row["steps"]))
+        assert all(p["steps_judged"] for p in row["phases"]), row["phases"]      # every phase judged
+    dgc, powersgd = ({r["method"].split(":")[0]: r for r in report["methods"]}[m] for m in ("dgc", "powersgd"))
+    assert len(dgc["phases"]) == 5 and len(powersgd["phases"]) == 2
     conn.close()
 
 
@@ -74,11 +77,41 @@ def test_verify_fails_on_the_micro_batch_bug(tmp_path, state_dir):
 
 
 def test_verify_fails_on_a_dgc_that_selects_twice_k(tmp_path, state_dir):
-    proc, report = verify(tmp_path, "--compressor", "dgc:steps_per_epoch=1", plant=DGC_TWICE_K)
-    assert proc.returncode == 1 and "broke their contract: dgc:steps_per_epoch=1" in proc.stderr
+    proc, report = verify(tmp_path, "--compressor", "dgc", plant=DGC_TWICE_K)
+    assert proc.returncode == 1 and "broke their contract: dgc:steps_per_epoch=3" in proc.stderr
     (row,) = report["methods"]
     assert {p["term"] for p in row["problems"]} == {"elements selected"}, row["problems"]
     assert report["none"]["ok"]
+
+
+# The plants of issue 27: DGC at twice its final density once warmed up; PowerSGD at rank + 1.
+# Both touch only the phases a method reaches after its default schedule's first 8 steps.
+LATER_PHASES_BROKEN = """
+from gctestbed.compress import dgc, lowrank
+_density = dgc.DGC.density
+def _doubled(self, step):
+    d = _density(self, step)
+    return 2 * d if d == self.options.ratio else d
+dgc.DGC.density = _doubled
+_init = lowrank.PowerSGD.__init__
+def _rank_up(self, **options):
+    _init(self, **options)
+    self.options.rank += 1
+lowrank.PowerSGD.__init__ = _rank_up
+"""
+
+
+def test_verify_judges_every_phase_of_methods_typed_without_options(tmp_path, state_dir):
+    proc, report = verify(tmp_path, "--compressor", "dgc;powersgd", plant=LATER_PHASES_BROKEN)
+    assert proc.returncode == 1 and "broke their contract: dgc:steps_per_epoch=3, powersgd:start_iter=4" in proc.stderr
+    dgc, powersgd = report["methods"]
+    assert [p["steps_judged"] for p in dgc["phases"]] == [[2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13]]
+    assert [p["steps_judged"] for p in powersgd["phases"]] == [[2, 3], [4, 5, 6, 7]]
+    # broken where the plants act, and only there: after the warm-up, and on the compressed steps
+    assert "elements selected" in {p["term"] for p in dgc["problems"]}, dgc["problems"]
+    assert {p["step"] for p in dgc["problems"] if p["step"] is not None} == {12, 13}, dgc["problems"]
+    assert "payload" in {p["term"] for p in powersgd["problems"]}, powersgd["problems"]
+    assert {p["step"] for p in powersgd["problems"] if p["step"] is not None} == {4, 5, 6, 7}, powersgd["problems"]
 
 
 # A server that pads every pull with 64 kB the workers never read: its own count of the bytes it
@@ -107,7 +140,7 @@ ps.Partition.__call__ = _everywhere
 
 
 def test_parameter_servers_keep_the_contract_on_both_sides_of_their_links(tmp_path, state_dir):
-    proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit;topk;dgc:steps_per_epoch=1")
+    proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit;topk;dgc")
     assert proc.returncode == 0, proc.stderr + json.dumps([r for r in report["methods"] if not r["ok"]], indent=1)
     for row in [report["none"], *report["methods"]]:
         assert row["ok"] and row["params_identical"] is True, row
@@ -115,10 +148,16 @@ def test_parameter_servers_keep_the_contract_on_both_sides_of_their_links(tmp_pa
         for side in ("in", "out"):                          # the servers took in every push and sent every sum
             f = row["servers"][side]
             assert 1.0 <= f["counters_bytes"] / f["contract_bytes"] < 1.15, (row["method"], side, f)
+# Servers that sum every part but keep no record of it: to verify, servers that summed nothing.
+SERVERS_RECORD_NOTHING = """
+from gctestbed import results
+results.Recorder.server_step = lambda self, *args, **kw: None
+"""
 
 
 @pytest.mark.parametrize("plant, term", [(SERVER_PADS_PULLS, "server interface bytes"),
-                                         (SMALL_TO_EVERY_SERVER, "payload")])
+                                         (SMALL_TO_EVERY_SERVER, "payload"),
+                                         (SERVERS_RECORD_NOTHING, "server steps")])
 def test_verify_over_servers_fails_on_planted_bugs(tmp_path, state_dir, plant, term):
     proc, report = verify(tmp_path, "--comm", "ps:servers=2", "--compressor", "twobit", plant=plant)
     assert proc.returncode == 1 and "broke their contract" in proc.stderr, proc.stderr

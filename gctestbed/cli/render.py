@@ -35,6 +35,9 @@ def verify_table(report: dict) -> Table:
                       f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
                       "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")
     for r in report["methods"]:
+        judged = "; ".join(f"{p['phase']} {_steps(p['steps_judged'])}" for p in r.get("phases") or [])
+        if judged:
+            table.add_row(escape(f"  {r['method']}: judged {judged}"), "", "", "", "", "", "", "")
         for what, f in (r.get("servers") or {}).items():         # parameter servers: their links over the run
             ratio = f"{f['counters_bytes'] / f['contract_bytes']:.3g}x the contract" if f["contract_bytes"] else "not judged"
             table.add_row(escape(f"  {r['method']}: servers' bytes {what}"), verify_.fmt_bytes(f["contract_bytes"]),
@@ -42,6 +45,18 @@ def verify_table(report: dict) -> Table:
         for line in contracts.describe(r["problems"]):
             table.add_row(escape(f"{r['method']} broke {line}"), "", "", "", "", "", "", "")
     return table
+
+
+def _steps(steps: list[int]) -> str:
+    """Judged steps as ranges: [2, 3, 4, 7] -> 'steps 2-4, 7'; none: 'no step'."""
+    if not steps:
+        return "no step"
+    runs, start = [], steps[0]
+    for prev, cur in zip(steps, [*steps[1:], None]):
+        if cur != prev + 1:
+            runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+            start = cur
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(runs)
 
 
 def bench_report(title: str, measure, table, as_json: bool, width: int | None = None) -> dict:

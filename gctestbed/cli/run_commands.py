@@ -256,7 +256,8 @@ def compressors_(as_json):
               help="Methods to check, separated by ';' or repeated, with options if wanted (default: all 17).")
 @click.option("--nodes", default=2, show_default=True, help="Nodes of the job.")
 @click.option("--bw", default="1gbit", show_default=True, help="Link rate of every node (tc units: mbit = bits/s).")
-@click.option("--steps", default=verify_.STEPS, show_default=True, help="Training steps per method (the first two are not judged).")
+@click.option("--steps", default=verify_.STEPS, show_default=True, help="Training steps per method (the first two are not judged); a method whose contract has phases "
+                   "(DGC's warm-up, PowerSGD's dense start) runs as many as judging every phase needs.")
 @click.option("--comm", default="allreduce", show_default=True,
               help="How the workers meet, as for run: allreduce, or ps[:servers=K,pull=dense|compressed,place=mxnet|balanced] to judge the "
                    "pushes and the servers' links too (methods a server cannot sum are left out of the default list).")
@@ -264,13 +265,14 @@ def compressors_(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def verify(compressor, nodes, bw, steps, comm, results_dir, as_json):
     """Check every method against its paper's contract on a small shaped job beside 'none': exchanges
-    per step, rounds and collectives, elements chosen, payload terms, and the interface counters.
-    Exits 1 when any method breaks its contract."""
+    per step, rounds and collectives, elements chosen, payload terms, and the interface counters,
+    in every phase of a method's schedule (options not typed are set so that each phase is
+    reached; the table lists the steps judged in each). Exits 1 when any method breaks its contract."""
     if comm.split(":")[0] not in ("allreduce", "ps"):
         raise SpecError(f"verify judges the ring or parameter servers (--comm allreduce or ps), not '{comm}'.")
-    methods = verify_.methods_from(compressor, comm)
     if nodes < 2 or steps < 4:
         raise SpecError("--nodes must be at least 2 and --steps at least 4 (the first two steps are not judged).")
+    methods = verify_.methods_from(compressor, comm, steps)
     parse_rate(bw)
     report = bench_report("verify", lambda phase: verify_.run(methods, nodes, bw, steps, results_dir,
                                                              lambda m: phase(f"verify: {m}"), comm),

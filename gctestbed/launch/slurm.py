@@ -26,6 +26,7 @@ from ..spec import RunSpec, UserError
 from .state import RunState
 
 RDZV_PORT = 29400
+RDZV_PORTS = 500     # the ports steps take in turn, from RDZV_PORT
 STOP_S = 60          # how long an interrupted step's hosts get to unshape and end
 
 
@@ -63,13 +64,30 @@ class Allocation:
         return cls(job, hosts, addresses)
 
 
-def run_cell(spec: RunSpec, node_args: list[str], alloc: Allocation, dev: str, index: int) -> results.RunSummary:
+def rdzv_port(base: str) -> int:
+    """The next rendezvous port of the steps run for results directory ``base``: the one after the
+    last step's, kept in ``runs/slurm-rdzv-port`` so that a resumed sweep never takes again the port
+    of a step it interrupted (whose rendezvous store may still hold it, or its connections linger)."""
+    path = os.path.join(base, "runs", "slurm-rdzv-port")
+    try:
+        last = int(read_text(path).strip())
+        port = RDZV_PORT + (last - RDZV_PORT + 1) % RDZV_PORTS
+    except (OSError, ValueError):
+        port = RDZV_PORT
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{port}\n")
+    os.replace(path + ".tmp", path)
+    return port
+
+
+def run_cell(spec: RunSpec, node_args: list[str], alloc: Allocation, dev: str) -> results.RunSummary:
     """Run one cell (``spec``, resolved: its run id set) as a step on the first ``spec.world``
     hosts of ``alloc``; ``node_args``: the cell's flags for 'gctestbed node'. The run lands in
     ``spec.results_dir``'s store, and a step that left no run there is stored as a failed run."""
     hosts = alloc.hosts[:spec.world]
-    rdzv = f"{alloc.addresses[hosts[0]]}:{RDZV_PORT + index % 500}"     # a fresh port per cell: no race with the last
     base = os.path.abspath(spec.results_dir)
+    rdzv = f"{alloc.addresses[hosts[0]]}:{rdzv_port(base)}"     # a fresh port per step, resumed sweeps' included
     log = os.path.join(base, "runs", f"slurm-{spec.run_id}.log")
     os.makedirs(os.path.dirname(log), exist_ok=True)
     argv = ["srun", "--jobid", alloc.job_id, "--nodes", str(len(hosts)), "--ntasks", str(len(hosts)),
