@@ -465,9 +465,11 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 # --- parameter servers (--comm ps) ----------------------------------------------------------------
 # The servers' placement, restated here from the documentation (docs/running.md), not imported from
 # gctestbed.comm. place=mxnet (MXNet's kvstore): a parameter of fewer than ``split`` elements goes
-# whole to server (index * 9973) % servers, index its place in the model's parameter order (taken
-# from the first layout exchanged: DDP's first step's bucket, in model order when the model fits one); a bigger one is cut into contiguous
-# flat ranges, range i ending at round-half-up(numel / servers * (i + 1)).
+# whole to server (index * 9973) % servers, index its place in the model's parameter order (given
+# by the caller, verify counting it on the model itself; otherwise taken from the first layout
+# exchanged: under torch 2.13 DDP's first step sends the whole model as one bucket in its order,
+# seen with 2 ranks and a 126 MB model); a bigger one is cut into contiguous flat ranges, range i
+# ending at round-half-up(numel / servers * (i + 1)).
 # place=balanced (gctestbed's own): a parameter of at least ``split`` elements is cut into one block of rows per
 # server (numpy's array_split sizes); a smaller one goes whole to the server with the fewest
 # elements so far (the lowest index on a tie), in the order the buckets are first exchanged, each
@@ -478,11 +480,15 @@ def describe(problems: list[dict], limit: int = 4) -> list[str]:
 ENVELOPE = 32
 
 
-def kvstore_parts(layouts: list[list], servers: int, split: int, place: str = "balanced") -> list[list[tuple[int, list[Shape]]]]:
+def kvstore_parts(layouts: list[list], servers: int, split: int, place: str,
+                  order: list[str] | None = None) -> list[list[tuple[int, list[Shape]]]]:
     """For each bucket layout ([[name, shape], ...]), in first-exchanged order: (server, the shapes
-    of its part) per server that gets anything."""
+    of its part) per server that gets anything. ``order``: the model's parameter names in its order
+    (MXNet's keys), or None to take them from the first layout."""
     load, where = [0] * servers, {}
-    index = {name: i for i, name in enumerate(name for name, _ in layouts[0])} if layouts else {}
+    if order is None:
+        order = [name for name, _ in layouts[0]] if layouts else []
+    index = {name: i for i, name in enumerate(order)}
     out = []
     for params in layouts:
         parts: list[list[Shape]] = [[] for _ in range(servers)]
@@ -540,11 +546,12 @@ def _push(method, options, parts, whole, step, sent) -> tuple[int, Bounds | None
 
 def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any], workers: int, steps: list[dict],
              exchanges: list[dict], layouts: dict[tuple[int, int], list], server_steps: list[dict],
-             model_numel: int | None = None) -> dict:
+             model_numel: int | None = None, model_order: list[str] | None = None) -> dict:
     """A parameter-server run against the contract, as ``judge`` for the ring: each worker's pushes
     (payload term by term per part, elements chosen, every parameter once) and its interface
     counters; then the servers together, their counters in (every worker's pushes) and out (the
-    dense sums, or the sums encoded again where the method's size is fixed)."""
+    dense sums, or the sums encoded again where the method's size is fixed). ``model_order``: the
+    model's parameter names in its order, where the caller counted them on the model."""
     servers, dense_pull = comm_options["servers"], comm_options["pull"] == "dense"
     tx = {(s["step"], s["rank"]): s.get("tx_bytes") for s in steps}
     complete = sorted({s for s, _ in tx if all((s, r) in tx for r in range(workers))})
@@ -553,7 +560,8 @@ def judge_ps(method: str, options: dict[str, Any], comm_options: dict[str, Any],
         model_numel = sum(math.prod(shape) for _, shape in layouts[min(layouts)])
     numbered = sorted(n for r, n in layouts if r == 0)
     cut = dict(zip(numbered, kvstore_parts([layouts[(0, n)] for n in numbered], servers, comm_options["split"],
-                                                comm_options.get("place", "balanced"))))
+                                                comm_options.get("place", "balanced"),   # runs stored before place= existed
+                                                model_order)))
     by_step: dict[tuple[int, int], list[dict]] = {}
     for ex in exchanges:
         by_step.setdefault((ex["step"], ex["rank"]), []).append(ex)

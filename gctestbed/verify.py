@@ -83,18 +83,20 @@ def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce", st
     return carried
 
 
-def model_numel(workload: str = MODEL) -> int:
-    """Parameters of the model, counted on the model itself (not from anything a run recorded)."""
+def model_parameters(workload: str = MODEL) -> list[tuple[str, int]]:
+    """The model's parameters, names and sizes in its order, read from the model itself (not from
+    anything a run recorded)."""
     name, options = flags.resolve_workload(workload)
     work = workloads.build(name, options, seed=0, rank=0, batch_size=32, world=1)
-    return sum(p.numel() for p in work.model.parameters())
+    return [(n, p.numel()) for n, p in work.model.named_parameters()]
 
 
 def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEPS, results_dir: str = "results/verify",
         on_phase: Callable[[str], None] = lambda text: None, comm: str = "allreduce") -> dict:
     """Run ``none`` and every method (over ``comm``: the ring, or parameter servers, whose
     contract adds the servers' links); the report, one row per method, ``ok`` when all pass."""
-    numel = model_numel()
+    params = model_parameters()
+    numel, order = sum(n for _, n in params), ["module." + name for name, _ in params]   # as DDP's wrapper names them
     rows, base = [], None
     for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
         on_phase(text)
@@ -105,7 +107,7 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
         summary = runner.run(spec)
         conn = results.connect(results_dir)
         try:
-            check = results.contract_check(conn, summary.run_id, spec, numel)
+            check = results.contract_check(conn, summary.run_id, spec, numel, order)
         finally:
             conn.close()
         row = judge_row(text, summary, check, base, spec.steps)

@@ -263,6 +263,6 @@ def test_rebuilt_buckets_are_placed_as_if_only_they_counted():
     load = [sum(p.numel for b in after for p in b[k]) for k in range(2)]
     assert load == [300, 300], load                        # counting the first bucket's places too: 200 and 400
     layouts = [[[n, [sizes[n]]] for n in names] for names in ("abcd", "dc", "ba")]
-    stated = contracts.kvstore_parts(layouts, servers=2, split=10_000)[1:]
+    stated = contracts.kvstore_parts(layouts, servers=2, split=10_000, place="balanced")[1:]
     assert [[(k, [list(s) for s in shapes]) for k, shapes in b] for b in stated] == \
         [[(k, [[p.numel] for p in b[k]]) for k in range(2) if b[k]] for b in after]

@@ -278,3 +278,17 @@ def test_judge_ps_fails_servers_that_recorded_no_step():
     assert "the servers recorded no step at all" in verdict["problems"][0]["text"]
     one_quiet = judge_ps(rows, exchanges, layouts, [s for s in servers if not (s["rank"] == 3 and s["step"] == 4)])
     assert not one_quiet["ok"] and "server 1 recorded no step 4" in contracts.describe(one_quiet["problems"])[0]
+
+
+def test_the_contracts_mxnet_placement_is_worked_by_hand():
+    """The contract's own restatement of MXNet's kvstore placement (not gctestbed.comm's), on the
+    mlp of tests/test_comm.py's golden case with bigarray_bound 1000 and 3 servers. The bucket
+    holds the parameters in backward's order, so the keys must come from ``order``, not from it.
+    0.weight (200704, key 0) is cut at 66901 and 133803; 2.weight (2560, key 2) at 853 and 1707;
+    the biases (keys 1 and 3) go whole to 9973 % 3 = 1 and 29919 % 3 = 0."""
+    mlp = [["0.weight", [256, 784]], ["0.bias", [256]], ["2.weight", [10, 256]], ["2.bias", [10]]]
+    order = [name for name, _ in mlp]
+    [parts] = contracts.kvstore_parts([list(reversed(mlp))], servers=3, split=1000, place="mxnet", order=order)
+    load = {k: sum(math.prod(s) for s in shapes) for k, shapes in parts}
+    assert load == {0: 66901 + 853 + 10, 1: (133803 - 66901) + (1707 - 853) + 256,
+                    2: (200704 - 133803) + (2560 - 1707)}

@@ -19,7 +19,8 @@ from ..spec import LOCAL_COMMS, RunSpec
 from . import store
 
 
-def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None) -> dict | None:
+def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None,
+                   model_order: list[str] | None = None) -> dict | None:
     """The run's steps against its method's contract (gctestbed.contracts; over the ring, or
     pushed to parameter servers), or None for a run that recorded no exchanges (a user's script
     that never installed gctestbed's hook)."""
@@ -31,7 +32,7 @@ def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_n
     if spec.comm == "ps":
         server_steps = store.server_steps_of(conn, run_id)
         return contracts.judge_ps(spec.compressor, spec.compressor_options, spec.comm_options, spec.nodes, steps,
-                                  exchanges, store.layouts_of(conn, run_id), server_steps, model_numel)
+                                  exchanges, store.layouts_of(conn, run_id), server_steps, model_numel, model_order)
     return contracts.judge(spec.compressor, spec.compressor_options, spec.nodes, steps, exchanges,
                            store.layouts_of(conn, run_id), model_numel)
 
