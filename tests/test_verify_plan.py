@@ -40,3 +40,24 @@ def test_a_phase_verify_cannot_judge_is_refused_in_one_sentence():
         proc = subprocess.run([sys.executable, "-m", "gctestbed", "verify", "--compressor", text],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_table_names_every_methods_phases_and_the_steps_judged_in_each():
+    """What verify prints says, per method, which phases it judged on which steps (a report of
+    two methods of one phase and one of two, rendered to text)."""
+    from rich.console import Console
+    from gctestbed.cli.render import verify_table
+
+    def method(name, phases):
+        return {"method": name, "contract_bytes": 1000, "counters_bytes": 1010, "ratio_to_none": 1.0,
+                "exchanges_per_step": 2, "collectives_per_step": 2, "sent_fraction": None, "ok": True,
+                "problems": [], "phases": [{"phase": p, "steps_judged": s} for p, s in phases]}
+    none = method("none", [("every step", [2, 3, 4, 5, 6, 7])])
+    report = {"nodes": 2, "bw": "1gbit", "workload": "mlp", "model_numel": 10, "none": {**none, "steps_judged": [2, 7]},
+              "methods": [none, method("fp16", [("every step", [2, 3, 4, 5, 6, 7])]),
+                          method("powersgd", [("dense start", [2, 3]), ("compressed (rank 2)", [4, 5, 6, 7])])]}
+    console = Console(width=200, record=True)
+    console.print(verify_table(report))
+    text = console.export_text()
+    assert "none, fp16: one phase, steps 2-7" in text
+    assert "powersgd: dense start steps 2-3; compressed (rank 2) steps 4-7" in text

@@ -17,12 +17,9 @@ from . import console
 
 
 def verify_table(report: dict) -> Table:
-    judged = report["none"]["steps_judged"] if report["none"] else []
     over = "" if report.get("comm", "allreduce") == "allreduce" else f" over {report['comm']}"
     table = Table(title=f"verify: {report['nodes']} nodes{over} at {report['bw']}, {report['workload']} "
-                        f"({report['model_numel']:,} parameters), "
-                        + (f"steps {judged[0]}-{judged[-1]} judged" if judged else "no step judged")
-                        + "; bytes per node per step")
+                        f"({report['model_numel']:,} parameters); bytes per node per judged step")
     for col in ("method", "contract", "interface", "ratio to none", "exchanges", "collectives", "sent", "verdict"):
         table.add_column(col, justify="left" if col in ("method", "verdict") else "right")
     none_ex = report["none"]["exchanges_per_step"] if report["none"] else None
@@ -34,10 +31,8 @@ def verify_table(report: dict) -> Table:
                       f"{r['collectives_per_step']:g}" if r["collectives_per_step"] is not None else "-",
                       f"{100 * r['sent_fraction']:.3g}%" if r["sent_fraction"] is not None else "",
                       "[green]ok[/]" if r["ok"] else "[red]BROKEN[/]")
+    table.caption, table.caption_justify = _phases_judged(report["methods"]), "left"
     for r in report["methods"]:
-        judged = "; ".join(f"{p['phase']} {_steps(p['steps_judged'])}" for p in r.get("phases") or [])
-        if judged:
-            table.add_row(escape(f"  {r['method']}: judged {judged}"), "", "", "", "", "", "", "")
         for what, f in (r.get("servers") or {}).items():         # parameter servers: their links over the run
             ratio = f"{f['counters_bytes'] / f['contract_bytes']:.3g}x the contract" if f["contract_bytes"] else "not judged"
             table.add_row(escape(f"  {r['method']}: servers' bytes {what}"), verify_.fmt_bytes(f["contract_bytes"]),
@@ -45,6 +40,20 @@ def verify_table(report: dict) -> Table:
         for line in contracts.describe(r["problems"]):
             table.add_row(escape(f"{r['method']} broke {line}"), "", "", "", "", "", "", "")
     return table
+
+
+def _phases_judged(methods: list[dict]) -> str:
+    """The steps judged in each method's phases, one line per method with several phases and one
+    line for the methods of a single phase judged on the same steps."""
+    lines, single = [], {}
+    for r in methods:
+        phases = r.get("phases") or []
+        if len(phases) == 1:
+            single.setdefault(_steps(phases[0]["steps_judged"]), []).append(r["method"])
+        elif phases:
+            lines.append(f"{r['method']}: " + "; ".join(f"{p['phase']} {_steps(p['steps_judged'])}" for p in phases))
+    lines[:0] = [f"{', '.join(names)}: one phase, {steps}" for steps, names in single.items()]
+    return escape("\n".join(["steps judged in each phase:", *lines])) if lines else ""
 
 
 def _steps(steps: list[int]) -> str:
