@@ -277,3 +277,12 @@ def test_plots_draw_a_method_in_one_colour_and_a_scheme_in_one_line():
     for s in schemes:                                                      # a scheme keeps its line and marker
         assert len({look[m + s][1:] for m in methods}) == 1
     assert styles["twobit"]["linestyle"] == "-"                            # the ring: solid
+
+
+def test_runs_over_servers_placed_differently_get_different_labels():
+    """A report must not merge runs of one method whose servers placed the parameters differently."""
+    from gctestbed import flags
+    from gctestbed.analysis.cells import _comm
+    mxnet, balanced = (flags.build_spec(comm=f"ps:servers=2,place={p}") for p in ("mxnet", "balanced"))
+    assert _comm(mxnet) == "ps:servers=2,pull=dense,place=mxnet"
+    assert _comm(balanced) == "ps:servers=2,pull=dense,place=balanced"

@@ -48,13 +48,13 @@ def test_a_missing_requirement_is_an_error_under_ci(tmp_path):
 
 
 def test_no_test_skips_by_itself_unless_ci_need_not_run_it():
-    """A skip decided in a test (skipif, pytest.skip, importorskip) escapes the CI check above; only
+    """A skip decided in a test (skipif, pytest.skip, mark.skip, importorskip, xfail) escapes the CI check above; only
     the listed ones, which CI is not meant to run, may do that. The rest use a conftest marker."""
     found = set()
     for path in sorted(TESTS.glob("*.py")):
         if path.name in ("conftest.py", "test_ci.py"):
             continue
-        for m in re.finditer(r"(pytest\.skip\(|skipif\(|importorskip\().{0,40}", path.read_text()):
+        for m in re.finditer(r"(pytest\.skip\(|mark\.skip\(|skipif\(|importorskip\(|xfail\().{0,40}", path.read_text()):
             key = next((k for k in ALLOWED_SKIPS if k[0] == path.name and m.group(0).startswith(k[1])), None)
             assert key is not None, f"{path.name}: {m.group(0)!r} skips by itself: give it a marker in conftest.py"
             found.add(key)

@@ -241,7 +241,7 @@ def test_a_topology_file_shapes_the_servers_link_on_its_own(tmp_path, state_dir)
 
 
 def test_the_bottleneck_reads_each_workers_own_uplink(tmp_path):
-    from gctestbed.results import _ps_bottleneck
+    from gctestbed.results.summary import _ps_bottleneck
     topo = tmp_path / "slow-worker.toml"
     topo.write_text('[defaults]\nbw = "1gbit"\n\n[[nodes]]\n\n[[nodes]]\nbw = "10mbit"\n\n[[nodes]]\n')
     spec = flags.build_spec(nodes="2", comm="ps:servers=1", compressor="twobit", topology_file=str(topo))

@@ -292,3 +292,28 @@ def test_the_contracts_mxnet_placement_is_worked_by_hand():
     load = {k: sum(math.prod(s) for s in shapes) for k, shapes in parts}
     assert load == {0: 66901 + 853 + 10, 1: (133803 - 66901) + (1707 - 853) + 256,
                     2: (200704 - 133803) + (2560 - 1707)}
+
+
+MLP_SHAPES = [["0.weight", [256, 784]], ["0.bias", [256]], ["2.weight", [10, 256]], ["2.bias", [10]]]
+
+
+@pytest.mark.parametrize("servers,split,model,expected", [
+    # 9973 % 7 = 5: keys 0..3 go to servers 0, 5, 10 % 7 = 3 and 15 % 7 = 1 (K = 2 or 3 cannot tell
+    # key * 9973 from key)
+    (7, 1_000_000, MLP_SHAPES, {0: 200704, 5: 256, 3: 2560, 1: 10}),
+    # an array of exactly ``split`` elements is cut (MXNet sends whole only those of fewer): 0.bias
+    # (256) in two halves of 128, 0.weight in 100352 each, 2.weight in 1280 each; 2.bias to 3 * 9973 % 2 = 1
+    (2, 256, MLP_SHAPES, {0: 100352 + 128 + 1280, 1: 100352 + 128 + 1280 + 10}),
+    # range ends round half up: 7 over 2 = 3.5 -> 4; 5 over 2 = 2.5 -> 3 (Python's round gives 2);
+    # c (3 elements, key 2) whole to 2 * 9973 % 2 = 0
+    (2, 5, [["a", [7]], ["b", [5]], ["c", [3]]], {0: 4 + 3 + 3, 1: 3 + 2}),
+])
+def test_the_contracts_mxnet_placement_tells_the_hash_the_bound_and_the_rounding_apart(servers, split, model, expected):
+    """MXNet's rule worked by hand on the cases where a near miss would differ: the key's hash (K = 7),
+    the bound (an array of exactly bigarray_bound elements is cut) and the range ends (half up)."""
+    [parts] = contracts.kvstore_parts([list(reversed(model))], servers=servers, split=split, place="mxnet",
+                                      order=[name for name, _ in model])
+    load: dict[int, int] = {}
+    for k, shapes in parts:
+        load[k] = load.get(k, 0) + sum(math.prod(s) for s in shapes)
+    assert load == expected

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from gctestbed import flags, results
+from gctestbed.results import summary
 from gctestbed.launch import cpushare
 from gctestbed.spec import SpecError
 from helpers import gctestbed, leftovers, show
@@ -78,10 +79,10 @@ def test_show_says_when_more_nodes_than_cores_ran_uncapped():
     spec = flags.build_spec(nodes="4")
     nodes = [{"rank": r, "cpu_s": 2.0, "wall_s": 8.0, "rss_bytes": None, "pss_bytes": None, "uss_bytes": None}
              for r in range(4)]
-    cpu = results._cpu(spec, nodes, {"cpus": 2})
+    cpu = summary._cpu(spec, nodes, {"cpus": 2})
     assert cpu["contended"] and [n["cpu_share"] for n in cpu["nodes"]] == [0.25] * 4
-    assert not results._cpu(spec.replace(cpus_per_node=0.5), nodes, {"cpus": 2})["contended"]
-    assert not results._cpu(flags.build_spec(nodes="2"), nodes[:2], {"cpus": 2})["contended"]
+    assert not summary._cpu(spec.replace(cpus_per_node=0.5), nodes, {"cpus": 2})["contended"]
+    assert not summary._cpu(flags.build_spec(nodes="2"), nodes[:2], {"cpus": 2})["contended"]
 
 
 @pytest.mark.root

@@ -141,7 +141,7 @@ def _comm(spec: RunSpec) -> str:
     """``--comm`` of a run outside a sweep, with the option that tells its runs apart."""
     o = spec.comm_options
     if spec.comm == "ps":
-        return f"ps:servers={o['servers']},pull={o['pull']}"
+        return f"ps:servers={o['servers']},pull={o['pull']},place={o.get('place', 'balanced')}"
     if spec.comm == "localsgd":
         return f"localsgd:period={o['period']}"
     if spec.comm == "diloco":

@@ -53,7 +53,9 @@ class Piece:
 class Partition:
     """Pieces of each bucket per server, cached by the bucket's parameters."""
 
-    def __init__(self, servers: int, split: int, place: str = "mxnet", order: dict | None = None):
+    def __init__(self, servers: int, split: int, place: str, order: dict | None = None):
+        if place == "mxnet" and not order:
+            raise ValueError("place=mxnet needs the model's parameter order (MXNet's keys)")
         self.servers, self.split, self.place = servers, split, place
         self.order = order or {}                                   # parameter -> its index in the model
         self.load = [0] * servers

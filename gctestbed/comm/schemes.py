@@ -25,8 +25,8 @@ class PSOptions:
                                # smaller ones go whole to one server. Lower it for small models
     place: str = "mxnet"       # mxnet: MXNet's kvstore (a small parameter to server (index * 9973) % servers,
                                # a big one cut into contiguous flat ranges); balanced: gctestbed's even
-                               # placement (big ones cut by rows, small ones to the least loaded server), the
-                               # better model of BytePS-style deployments that partition evenly
+                               # placement (big ones cut by rows, small ones to the least loaded server): use it
+                               # to model servers that are evenly loaded (many small partitions spread over them)
 
     def __post_init__(self):
         if not 1 <= self.servers <= 32:

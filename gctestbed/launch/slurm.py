@@ -133,7 +133,7 @@ def _gather(base: str, hosts: list[str], dst, run_id: str) -> bool:
         if not os.path.exists(results.db_path(directory)):
             continue
         src = results.connect(directory, create=False)
-        ranks = {r[0] for r in src.execute("SELECT rank FROM nodes WHERE run_id=?", (run_id,))}
+        ranks = results.ranks_of(src, run_id)
         found.append((0 in ranks, len(ranks), src))
     try:
         return any([results.copy_run(src, dst, run_id) for _, _, src in sorted(found, key=lambda f: f[:2], reverse=True)])

@@ -482,6 +482,11 @@ def run_status(conn: sqlite3.Connection, run_id: str) -> str | None:
     return row["status"] if row else None
 
 
+def ranks_of(conn: sqlite3.Connection, run_id: str) -> set[int]:
+    """The ranks whose node row the store holds for the run."""
+    return {r["rank"] for r in conn.execute("SELECT rank FROM nodes WHERE run_id=?", (run_id,))}
+
+
 def ok_run_ids(conn: sqlite3.Connection) -> list[str]:
     """The runs that ended well, oldest first."""
     return [r["run_id"] for r in conn.execute("SELECT run_id FROM runs WHERE status='ok' ORDER BY created_at")]
