@@ -41,4 +41,4 @@ def main() -> None:
 
 # the command groups register themselves on main
 from . import (bench_commands, claims_commands, cluster_commands, run_commands, shaping_commands,  # noqa: E402,F401
-               testbed_commands)
+               testbed_commands, trace_commands)

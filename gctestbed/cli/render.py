@@ -376,3 +376,22 @@ def cluster_table(state) -> Table:
     for n in state.meta["nodes"]:
         table.add_row(str(n["rank"]), n["netns"], n["address"])
     return table
+
+
+def trace_table(about: dict) -> Table:
+    """``gctestbed trace show``: one row per rank, medians over its steps after the first."""
+    job, rec = about["job"], about["recorded"]
+    table = Table(title=f"trace v{about['version']} of run {rec['run_id']}: {job['compressor']} on {job['workload']} "
+                        f"({about['parameters']} parameters, {about['elements']:,} elements), {job['nodes']} nodes, "
+                        f"{job['mode']}; recorded on {rec['host']} ({rec['cpus']} CPUs, {rec['device']}, torch {rec['torch']})")
+    for col in ("rank", "steps", "step", "compute", "optimizer", "encode", "decode", "buckets", "bytes sent"):
+        table.add_column(col, justify="right")
+    for r in about["ranks"]:
+        table.add_row(str(r["rank"]), str(r["steps"]), *(_seconds(r[k]) for k in ("step_s", "compute_s", "optim_s", "encode_s", "decode_s")),
+                      f"{r['buckets']:g}" if r["buckets"] is not None else "-", verify_.fmt_bytes(r["bytes"]) if r["bytes"] is not None else "-")
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{1000 * value:.3g} ms"
+

@@ -1,0 +1,115 @@
+"""A run's compute and communication as a file a user can keep and share: the first half of replay.
+
+A trace is what a finished run recorded, per rank and step, taken from the results store (the
+Recorder wrote it; nothing is measured again): each step's time, compute (forward and backward),
+optimizer, encode and decode seconds, and every bucket it exchanged with its elements, rounds,
+collective calls and the bytes it reduced and gathered; the model's parameters in its order and
+every bucket layout DDP formed; the job (method and options, workload, nodes, batch size, bucket
+cap, timing mode) and where it was recorded (host, CPU, torch, device). It is JSON, versioned by
+FORMAT and VERSION; docs/replay.md says what each field holds and what version 1 still lacks
+(forward time alone and each bucket's ready time within backward, which the store does not keep).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sqlite3
+import statistics
+from typing import Any
+
+from . import results
+from .spec import RunSpec, UserError
+
+FORMAT = "gctestbed-trace"
+VERSION = 1
+STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
+
+
+def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+    """The trace of a finished run in ``conn``; a run that did not end well, or that exchanged no
+    bucket (a user's own command, local steps only), cannot be traced: one UserError."""
+    run = results.find_run(conn, run_id)
+    if run["status"] != "ok":
+        raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
+    spec = RunSpec.from_json(run["spec"])
+    env = json.loads(run["environment"] or "{}")
+    exchanges = results.exchanges_of(conn, run["run_id"])
+    if not exchanges:
+        raise UserError(f"run {run['run_id']} exchanged no bucket through gctestbed's hook: there is nothing to trace.")
+    layouts = results.layouts_of(conn, run["run_id"])
+    by_step: dict[tuple[int, int], list[dict]] = {}
+    for e in exchanges:
+        by_step.setdefault((e["rank"], e["step"]), []).append(e)
+    ranks: dict[int, list[dict]] = {}
+    for row in results.step_rows(conn, run["run_id"]):
+        if row["rank"] >= spec.nodes:                 # a parameter server's rank: it has no compute to trace
+            continue
+        buckets = [{"seq": e["seq"], "bucket": e["bucket"], "layout": e["layout"], "numel": e["numel"],
+                    "sent": e["sent"], "rounds": e["rounds"], "reduce_calls": e["reduce_calls"],
+                    "gather_calls": e["gather_calls"], "reduce_bytes": e["payload_bytes"] - e["gather_bytes"],
+                    "gather_bytes": e["gather_bytes"]} for e in by_step.get((row["rank"], row["step"]), [])]
+        ranks.setdefault(row["rank"], []).append(
+            {"step": row["step"], **{k: row[k] for k in STEP_TIMES}, "buckets": buckets})
+    first = layouts.get((0, 0))
+    return {
+        "format": FORMAT, "version": VERSION,
+        "recorded": {"run_id": run["run_id"], "created_at": run["created_at"], "host": env.get("hostname"),
+                     "cpu": env.get("cpu"), "cpus": env.get("cpus"), "torch": env.get("torch"),
+                     "gctestbed": env.get("gctestbed"), "launcher": env.get("launcher"), "device": spec.device,
+                     "backend": spec.backend},
+        "job": {"compressor": spec.compressor, "compressor_options": spec.compressor_options,
+                "workload": spec.workload, "workload_options": spec.workload_options, "nodes": spec.nodes,
+                "batch_size": spec.batch_size, "bucket_cap_mb": spec.bucket_cap_mb, "mode": spec.mode,
+                "comm": spec.comm, "comm_options": spec.comm_options, "optimizer": spec.optimizer,
+                "bw_bps": spec.link.bw_bps, "latency_s": spec.link.latency_s, "steps": spec.steps},
+        # DDP's first step sends the whole model as one bucket in the model's order (torch 2.13): its layout
+        # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
+        "parameters": first,
+        "layouts": {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == 0},
+        "ranks": [{"rank": r, "steps": steps} for r, steps in sorted(ranks.items())],
+    }
+
+
+def save(trace: dict[str, Any], path: str) -> None:
+    """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed."""
+    text = json.dumps(trace, separators=(",", ":"))
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+
+
+def load(path: str) -> dict[str, Any]:
+    """A trace from ``path``, checked for its format and version: anything else is one UserError."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            trace = json.load(f)
+    except (OSError, EOFError, ValueError) as e:
+        raise UserError(f"cannot read trace {path}: {e}") from None
+    if not isinstance(trace, dict) or trace.get("format") != FORMAT:
+        raise UserError(f"{path} is not a gctestbed trace (no \"format\": \"{FORMAT}\").")
+    if trace.get("version") != VERSION:
+        raise UserError(f"{path} is a version {trace.get('version')} trace; this gctestbed reads version {VERSION}.")
+    return trace
+
+
+def describe(trace: dict[str, Any]) -> dict[str, Any]:
+    """What a person wants to see of a trace first: the job, where it was recorded, and per rank
+    the medians of its step times and bytes per step (steps after the first, where DDP builds buckets)."""
+    ranks = []
+    for r in trace["ranks"]:
+        steps = [s for s in r["steps"] if s["step"] > 0] or r["steps"]
+        med = {k: _median([s[k] for s in steps if s[k] is not None]) for k in STEP_TIMES}
+        med["buckets"] = _median([len(s["buckets"]) for s in steps])
+        med["bytes"] = _median([sum(b["reduce_bytes"] + b["gather_bytes"] for b in s["buckets"]) for s in steps])
+        ranks.append({"rank": r["rank"], "steps": len(r["steps"]), **med})
+    params = trace["parameters"] or []
+    return {"job": trace["job"], "recorded": trace["recorded"], "version": trace["version"],
+            "parameters": len(params), "elements": sum(math.prod(shape) for _, shape in params),
+            "layouts": len(trace["layouts"]), "ranks": ranks}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
