@@ -5,9 +5,10 @@ Recorder wrote it; nothing is measured again): each step's time, compute (forwar
 optimizer, encode and decode seconds, and every bucket it exchanged with its elements, rounds,
 collective calls and the bytes it reduced and gathered; the model's parameters in its order and
 every bucket layout DDP formed; the job (method and options, workload, nodes, batch size, bucket
-cap, timing mode) and where it was recorded (host, CPU, torch, device). It is JSON, versioned by
-FORMAT and VERSION; docs/replay.md says what each field holds and what version 1 still lacks
-(forward time alone and each bucket's ready time within backward, which the store does not keep).
+cap, timing mode) and where it was recorded (host, CPU, torch, device); each bucket also carries
+when the hook got it (from the step's first forward) and its own encode and decode seconds (null
+in runs stored before schema 13). It is JSON, versioned by FORMAT and VERSION; docs/replay.md says
+what each field holds and what version 1 still lacks (forward time apart from backward).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
         buckets = [{"seq": e["seq"], "bucket": e["bucket"], "layout": e["layout"], "numel": e["numel"],
                     "sent": e["sent"], "rounds": e["rounds"], "reduce_calls": e["reduce_calls"],
                     "gather_calls": e["gather_calls"], "reduce_bytes": e["payload_bytes"] - e["gather_bytes"],
-                    "gather_bytes": e["gather_bytes"]} for e in by_step.get((row["rank"], row["step"]), [])]
+                    "gather_bytes": e["gather_bytes"], "ready_s": e["ready_s"], "encode_s": e["encode_s"],
+                    "decode_s": e["decode_s"]} for e in by_step.get((row["rank"], row["step"]), [])]
         ranks.setdefault(row["rank"], []).append(
             {"step": row["step"], **{k: row[k] for k in STEP_TIMES}, "buckets": buckets})
     first = layouts.get((0, 0))

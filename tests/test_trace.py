@@ -37,6 +37,11 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
             assert sum(b["numel"] for b in s["buckets"]) == sum(p.numel() for p in model.parameters())
             for b in s["buckets"]:
                 assert b["reduce_bytes"] == 0 and b["gather_bytes"] == math.ceil(b["numel"] / 16) * 4, b
+                # the hook got the bucket within the step's compute (forward and backward), after it began
+                assert 0 < b["ready_s"] <= s["compute_s"], (s, b)
+                assert b["encode_s"] > 0 and b["decode_s"] > 0, b
+            # each bucket's encoding is part of the step's (the step's counter sums the buckets')
+            assert sum(b["encode_s"] for b in s["buckets"]) <= s["encode_s"] * 1.0001 + 1e-9, s
     shown = gctestbed("trace", "show", path, "--json")
     assert shown.returncode == 0, shown.stderr
     about = json.loads(shown.stdout)

@@ -161,13 +161,14 @@ class ServerExchange:
             for p in pieces:
                 buffer[p.offset:p.offset + p.numel] = total[offset:offset + p.numel]
                 offset += p.numel
-        state.count(decode_s=now() - arrived)
+        decode_s = now() - arrived
+        state.count(decode_s=decode_s)
         payload_bytes = sum(p.nbytes for *_, p in parts)
         gather_bytes = sum(t.numel() * t.element_size() for *_, p in parts for t in p.gather)
         chosen = [p.sent for *_, p in parts if p.sent is not None]
         state.record(ctx, numel, sum(chosen) if chosen else None,
                      [{"payload_bytes": payload_bytes, "gather_bytes": gather_bytes, "expected_tx_bytes": push_bytes,
-                       "reduce_calls": 0, "gather_calls": 0}])
+                       "reduce_calls": 0, "gather_calls": 0}], pushed - t0, decode_s)
         hook.deliver(state, future, buffer, buffer, 0.0)
 
 

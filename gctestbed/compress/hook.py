@@ -88,6 +88,8 @@ class HookState:
         self._comm_end: float | None = None
         self._comm_busy = 0.0
         self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
+        self._step_start: float | None = None         # the step's first forward (HookState.started)
+        self._ready: dict[int, float] = {}            # bucket index -> when the hook got it this step
         self._new_layouts: list[dict[str, Any]] = []
 
     def take_step_stats(self) -> dict[str, Any]:
@@ -118,10 +120,24 @@ class HookState:
             self.exchange(self, future, buffer, ctx)
             future.wait()
 
-    def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]]) -> None:
-        """One bucket's exchange, for the store (and the contract check, which reads it there)."""
+    def started(self, at: float) -> None:
+        """The step's first forward began (later forwards of the step, micro-batches, change nothing)."""
+        with self._lock:
+            if self._step_start is None:
+                self._step_start = at
+
+    def ready(self, ctx: Bucket, at: float) -> None:
+        """DDP handed bucket ``ctx`` to the hook at ``at``."""
+        with self._lock:
+            self._ready[ctx.key] = at
+
+    def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]],
+               encode_s: float | None = None, decode_s: float | None = None) -> None:
+        """One bucket's exchange, for the store (and the contract check, which reads it there), with
+        when the hook got it (from the step's first forward) and its encode and decode seconds."""
         layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
         with self._lock:
+            ready = self._ready.pop(ctx.key, None)
             if layout not in self._layouts:
                 self._layouts[layout] = len(self._layouts)
                 self._new_layouts.append({"layout": self._layouts[layout],
@@ -129,7 +145,9 @@ class HookState:
             self._exchanges.append({
                 "seq": len(self._exchanges), "bucket": ctx.key, "layout": self._layouts[layout], "numel": numel,
                 "sent": sent, "rounds": sum(1 for r in rounds if r["reduce_calls"] or r["gather_calls"]),
-                **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS}})
+                **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS},
+                "ready_s": ready - self._step_start if ready is not None and self._step_start is not None else None,
+                "encode_s": encode_s, "decode_s": decode_s})
 
     def count(self, **add: float) -> None:
         with self._lock:
@@ -171,6 +189,7 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     ids = tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params))
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
                  world=state.world_size, params=params, ids=ids)
+    state.ready(ctx, now())
     if state.serial:
         state.pending.append((bucket.buffer(), ctx))
         future.set_result(bucket.buffer())
@@ -198,13 +217,13 @@ def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.
     compressor = state.compressor if numel >= state.dense_floor else PLAIN
     t0 = now()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
-    launched = now()
+    launched = launched_first = now()
     state.count(encode_s=launched - t0)
     state.launched(launched)
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
-            lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done))
+            lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, launched - t0))
         return
     current, decode_s, rounds = payload, 0.0, []
     while True:
@@ -217,20 +236,22 @@ def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.
         if not isinstance(result, Payload):
             break
         current, launched = result, now()
-    state.record(ctx, numel, payload.sent, rounds)
+    state.record(ctx, numel, payload.sent, rounds, launched_first - t0, decode_s)
     deliver(state, future, buffer, result, decode_s)
 
 
-def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done) -> None:
+def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, encode_s) -> None:
     """Completion of a one-round, summed-only payload (on a backend thread: no collectives here).
     A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
     try:
         done.value()
-        state.record(ctx, numel, payload.sent, [_finish_round(state, payload)])
+        round_ = _finish_round(state, payload)
         state.arrived(now(), launched)
         t = now()
         result = compressor.decompress(payload, ctx, numel)
-        deliver(state, future, buffer, result, now() - t)
+        decode_s = now() - t
+        state.record(ctx, numel, payload.sent, [round_], encode_s, decode_s)
+        deliver(state, future, buffer, result, decode_s)
     except BaseException as e:  # noqa: BLE001
         state.failure = e
         future.set_exception(e)
@@ -256,5 +277,6 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     state = HookState(compressor, process_group, serial=serial,
                       names={id(p): name for name, p in model.named_parameters()}, exchange=exchange)
     compressor.attach(model)
+    model.register_forward_pre_hook(lambda module, args: state.started(now()))
     model.register_comm_hook(state, compression_hook)
     return state

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s")
@@ -116,6 +116,9 @@ CREATE TABLE IF NOT EXISTS exchanges (     -- every bucket a rank exchanged in a
     payload_bytes INTEGER NOT NULL,
     gather_bytes  INTEGER NOT NULL,
     expected_tx_bytes INTEGER NOT NULL,
+    ready_s       REAL,                      -- when the hook got the bucket, from the step's first forward
+    encode_s      REAL,                      -- its encoding, on the communication thread
+    decode_s      REAL,                      -- its decoding
     PRIMARY KEY (run_id, rank, step, seq)
 );
 CREATE TABLE IF NOT EXISTS layouts (       -- the parameters of a bucket, in its order
@@ -161,7 +164,7 @@ CREATE TABLE IF NOT EXISTS sweep_cells (
 );
 """
 EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce_calls", "gather_calls", "payload_bytes",
-                   "gather_bytes", "expected_tx_bytes")
+                   "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s")
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
                       "rtt_idle_s", "rtt_loaded_s", "miss")
 
@@ -253,7 +256,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("steps", "push_s", "REAL"), ("steps", "pull_s", "REAL"), ("steps", "sync_s", "REAL"),
                                 ("nodes", "role", "TEXT"), ("nodes", "cpu_s", "REAL"), ("nodes", "wall_s", "REAL"),
                                 ("nodes", "rss_bytes", "INTEGER"), ("nodes", "pss_bytes", "INTEGER"),
-                                ("nodes", "uss_bytes", "INTEGER")):
+                                ("nodes", "uss_bytes", "INTEGER"), ("exchanges", "ready_s", "REAL"),
+                                ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
