@@ -6,8 +6,10 @@ naming the accepted forms.
 
 from __future__ import annotations
 
-from . import comm as comms, compress, optimizers, topofile, workloads
-from .spec import (LinkSpec, RunSpec, SpecError, format_duration, parse_choice, parse_duration, parse_fault,
+import os
+
+from . import comm as comms, compress, optimizers, topofile, tracefile, workloads
+from .spec import (LinkSpec, RunSpec, SpecError, UserError, format_duration, parse_choice, parse_duration, parse_fault,
                    parse_percent, parse_rate, resolve_options)
 
 
@@ -51,6 +53,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if not command:
         wl_name, wl_options = resolve_workload(workload)
+        if wl_name == "replay":
+            bucket_cap_mb = _replayable(wl_options, steps, bucket_cap_mb, comm_name, method.microbatches)
     else:                           # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":
@@ -77,6 +81,28 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                    cpus_per_node=_float("--cpus-per-node", cpus_per_node), run_id=run_id)
     spec.validate()
     return spec
+
+
+def _replayable(options: dict, steps, bucket_cap_mb, comm: str, microbatches: int):
+    """Check a replay against its trace (options["trace"] made absolute: nodes read it from
+    anywhere); the bucket cap the trace's DDP used where none was typed. One sentence otherwise."""
+    path = os.path.abspath(options["trace"])
+    try:
+        trace = tracefile.load(path)
+    except UserError as e:
+        raise SpecError(str(e)) from None
+    options["trace"] = path
+    recorded = min(len(r["steps"]) for r in trace["ranks"])
+    if _int("--steps", steps) > recorded:
+        raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
+    if comm != "allreduce" or microbatches > 1:
+        raise SpecError("replay runs over the ring (--comm allreduce) with a method of one backward per step, for now.")
+    cap = trace["job"]["bucket_cap_mb"]
+    if str(bucket_cap_mb) == str(DEFAULTS["bucket_cap_mb"]):
+        return cap
+    if _float("--bucket-cap-mb", bucket_cap_mb) != cap:
+        raise SpecError(f"the trace's DDP used --bucket-cap-mb {cap:g}: a replay must form the same buckets.")
+    return bucket_cap_mb
 
 
 def resolve_workload(text: str) -> tuple[str, dict]:

@@ -13,7 +13,6 @@ what each field holds and what version 1 still lacks (forward time apart from ba
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import sqlite3
@@ -22,9 +21,8 @@ from typing import Any
 
 from . import results
 from .spec import RunSpec, UserError
+from .tracefile import FORMAT, VERSION
 
-FORMAT = "gctestbed-trace"
-VERSION = 1
 STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
 
 
@@ -72,29 +70,6 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
         "layouts": {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == 0},
         "ranks": [{"rank": r, "steps": steps} for r, steps in sorted(ranks.items())],
     }
-
-
-def save(trace: dict[str, Any], path: str) -> None:
-    """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed."""
-    text = json.dumps(trace, separators=(",", ":"))
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as f:
-        f.write(text)
-
-
-def load(path: str) -> dict[str, Any]:
-    """A trace from ``path``, checked for its format and version: anything else is one UserError."""
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            trace = json.load(f)
-    except (OSError, EOFError, ValueError) as e:
-        raise UserError(f"cannot read trace {path}: {e}") from None
-    if not isinstance(trace, dict) or trace.get("format") != FORMAT:
-        raise UserError(f"{path} is not a gctestbed trace (no \"format\": \"{FORMAT}\").")
-    if trace.get("version") != VERSION:
-        raise UserError(f"{path} is a version {trace.get('version')} trace; this gctestbed reads version {VERSION}.")
-    return trace
 
 
 def describe(trace: dict[str, Any]) -> dict[str, Any]:

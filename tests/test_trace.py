@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from gctestbed import trace, workloads
+from gctestbed import tracefile, workloads
 from gctestbed.spec import UserError
 from helpers import gctestbed
 
@@ -25,7 +25,7 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     path = str(tmp_path / "run.trace.json.gz")
     rec = gctestbed("trace", "record", "--results", str(tmp_path / "results"), "-o", path)
     assert rec.returncode == 0, rec.stderr
-    data = trace.load(path)
+    data = tracefile.load(path)
 
     model = workloads.build("mlp", {"width": 256, "depth": 2, "input_dim": 64}, seed=0, rank=0, batch_size=8, world=1).model
     assert data["parameters"] == [["module." + n, list(p.shape)] for n, p in model.named_parameters()]
@@ -51,8 +51,8 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
 
 def test_a_file_that_is_not_a_trace_of_this_version_is_refused_in_one_sentence(tmp_path):
     for text, words in (("not json", "cannot read trace"), ('{"a": 1}', "is not a gctestbed trace"),
-                        (json.dumps({"format": trace.FORMAT, "version": 99}), "version 99 trace")):
+                        (json.dumps({"format": tracefile.FORMAT, "version": 99}), "version 99 trace")):
         path = tmp_path / "t.json"
         path.write_text(text)
         with pytest.raises(UserError, match=words):
-            trace.load(str(path))
+            tracefile.load(str(path))

@@ -8,6 +8,7 @@ import click
 
 from .. import results
 from .. import trace as trace_
+from .. import tracefile
 from . import console, main
 from .render import trace_table
 
@@ -28,7 +29,7 @@ def record(run_id, results_dir, path):
         data = trace_.extract(conn, results.find_run(conn, run_id)["run_id"])
     finally:
         conn.close()
-    trace_.save(data, path)
+    tracefile.save(data, path)
     about = trace_.describe(data)
     console.print(f"trace of run {data['recorded']['run_id']}: {len(data['ranks'])} ranks, "
                   f"{about['ranks'][0]['steps']} steps, {about['parameters']} parameters -> {path}")
@@ -39,7 +40,7 @@ def record(run_id, results_dir, path):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def show(path, as_json):
     """Summarise a trace: the job, where it was recorded, and each rank's median step."""
-    about = trace_.describe(trace_.load(path))
+    about = trace_.describe(tracefile.load(path))
     if as_json:
         click.echo(json.dumps(about, indent=1))
     else:

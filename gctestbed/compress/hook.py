@@ -277,6 +277,8 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     state = HookState(compressor, process_group, serial=serial,
                       names={id(p): name for name, p in model.named_parameters()}, exchange=exchange)
     compressor.attach(model)
-    model.register_forward_pre_hook(lambda module, args: state.started(now()))
+    # the step's clock starts where the wrapped module's forward does (after DDP's own preparation),
+    # where a replayed model (workloads/replay.py) starts its own
+    getattr(model, "module", model).register_forward_pre_hook(lambda module, args: state.started(now()))
     model.register_comm_hook(state, compression_hook)
     return state

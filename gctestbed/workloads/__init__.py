@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import alexnet, cnn, lstm, mlp, resnet, transformer, vgg
+from . import alexnet, cnn, lstm, mlp, replay, resnet, transformer, vgg
 
 
 @dataclass
@@ -40,7 +40,9 @@ _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.bui
              # the sources' own architectures, at their true layouts (scale=1) or scaled down
              "alexnet": (alexnet.AlexNetOptions, alexnet.build), "vgg16": (vgg.VGG16Options, vgg.build),
              "resnet18": (resnet.ResNet18Options, resnet.build18), "resnet50": (resnet.ResNet50Options, resnet.build50),
-             "gpt2": (transformer.GPT2Options, transformer.build_gpt2)}
+             "gpt2": (transformer.GPT2Options, transformer.build_gpt2),
+             # a recorded run's compute (gctestbed trace record), replayed on this run's network
+             "replay": (replay.ReplayOptions, replay.build)}
 _USER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 

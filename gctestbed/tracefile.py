@@ -1,0 +1,39 @@
+"""The trace file's format: a versioned JSON object (gzip-compressed when its name ends in .gz).
+
+What it holds is gctestbed.trace's (extracted from a run) and docs/replay.md's to describe; this
+module only writes and reads it, so the replay workload can read a trace without the store.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+from .spec import UserError
+
+FORMAT = "gctestbed-trace"
+VERSION = 1
+
+
+def save(trace: dict[str, Any], path: str) -> None:
+    """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed."""
+    text = json.dumps(trace, separators=(",", ":"))
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+
+
+def load(path: str) -> dict[str, Any]:
+    """A trace from ``path``, checked for its format and version: anything else is one UserError."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            trace = json.load(f)
+    except (OSError, EOFError, ValueError) as e:
+        raise UserError(f"cannot read trace {path}: {e}") from None
+    if not isinstance(trace, dict) or trace.get("format") != FORMAT:
+        raise UserError(f"{path} is not a gctestbed trace (no \"format\": \"{FORMAT}\").")
+    if trace.get("version") != VERSION:
+        raise UserError(f"{path} is a version {trace.get('version')} trace; this gctestbed reads version {VERSION}.")
+    return trace
