@@ -92,6 +92,11 @@ def _replayable(options: dict, steps, bucket_cap_mb, comm: str, microbatches: in
     except UserError as e:
         raise SpecError(str(e)) from None
     options["trace"] = path
+    if not trace.get("ranks") or not all(r["steps"] for r in trace["ranks"]):
+        raise SpecError(f"trace {path} holds no recorded steps: record a run that trained.")
+    if any(b.get("ready_s") is None for r in trace["ranks"] for s in r["steps"] for b in s["buckets"]):
+        raise SpecError(f"trace {path} has buckets without ready times (a run stored before schema 13): "
+                        "run the job again with this gctestbed and trace that run.")
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")

@@ -37,6 +37,9 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     exchanges = results.exchanges_of(conn, run["run_id"])
     if not exchanges:
         raise UserError(f"run {run['run_id']} exchanged no bucket through gctestbed's hook: there is nothing to trace.")
+    if any(e["ready_s"] is None for e in exchanges):
+        raise UserError(f"run {run['run_id']} was stored before its buckets' ready times were recorded (schema 13): "
+                        "run the job again with this gctestbed and trace that run.")
     layouts = results.layouts_of(conn, run["run_id"])
     by_step: dict[tuple[int, int], list[dict]] = {}
     for e in exchanges:
@@ -67,7 +70,9 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
         # DDP's first step sends the whole model as one bucket in the model's order (torch 2.13): its layout
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
-        "layouts": {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == 0},
+        # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
+        "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
+                    for r in sorted(ranks)},
         "ranks": [{"rank": r, "steps": steps} for r, steps in sorted(ranks.items())],
     }
 
@@ -85,7 +90,7 @@ def describe(trace: dict[str, Any]) -> dict[str, Any]:
     params = trace["parameters"] or []
     return {"job": trace["job"], "recorded": trace["recorded"], "version": trace["version"],
             "parameters": len(params), "elements": sum(math.prod(shape) for _, shape in params),
-            "layouts": len(trace["layouts"]), "ranks": ranks}
+            "layouts": len(trace["layouts"]["0"]), "ranks": ranks}
 
 
 def _median(values: list[float]) -> float | None:

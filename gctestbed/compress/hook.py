@@ -279,6 +279,8 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     compressor.attach(model)
     # the step's clock starts where the wrapped module's forward does (after DDP's own preparation),
     # where a replayed model (workloads/replay.py) starts its own
-    getattr(model, "module", model).register_forward_pre_hook(lambda module, args: state.started(now()))
+    # (a training forward only: an evaluation between steps must not restart it)
+    getattr(model, "module", model).register_forward_pre_hook(
+        lambda module, args: state.started(now()) if module.training and torch.is_grad_enabled() else None)
     model.register_comm_hook(state, compression_hook)
     return state

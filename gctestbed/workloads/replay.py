@@ -17,7 +17,7 @@ A gradient is a fixed random tensor per parameter (seeded), so a method that loo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,23 +41,31 @@ class ReplayOptions:
             raise ValueError(f"scale must be positive, got {self.scale}")
 
 
-def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[dict[str, float]]]:
-    """The recorded parameters in the model's order, and per recorded step of rank ``rank`` mod
-    the recorded ranks: each parameter's ready time (its bucket's, from the step's first forward)."""
-    ranks = trace["ranks"]
-    steps = ranks[rank % len(ranks)]["steps"]
-    layouts = {int(k): v for k, v in trace["layouts"].items()}
+def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[dict[str, float]], dict[str, int]]:
+    """For rank ``rank`` mod the recorded ranks: the recorded parameters in the model's order; per
+    recorded step, each parameter's ready time (its bucket's, from the step's first forward); and
+    each parameter's place in the buckets DDP rebuilt after step 0 (their index order, each in its
+    own order), which is the order their gradients arrived in step 0 and so breaks ties: handed
+    over in that order in step 0, they make DDP rebuild the recorded buckets."""
+    mine = rank % len(trace["ranks"])
+    steps = trace["ranks"][mine]["steps"]
+    layouts = {int(k): v for k, v in trace["layouts"][str(mine)].items()}
     ready = []
     for s in steps:
         at: dict[str, float] = {}
         for b in s["buckets"]:
             if b.get("ready_s") is None:
-                raise ValueError(f"the trace's step {s['step']} has a bucket with no ready time "
-                                 "(recorded before schema 13): record the run again")
+                raise ValueError(f"the trace's step {s['step']} has a bucket with no ready time (a run stored before schema 13)")
             for name, _ in layouts[b["layout"]]:
                 at[name] = b["ready_s"]
         ready.append(at)
-    return [(name, shape) for name, shape in trace["parameters"]], ready
+    params = [(name, shape) for name, shape in trace["parameters"]]
+    rebuilt = [name for b in sorted(steps[1]["buckets"] if len(steps) > 1 else [], key=lambda b: b["bucket"])
+               for name, _ in layouts[b["layout"]]]
+    place = {name: i for i, name in enumerate(rebuilt)}
+    for name, _ in reversed(params):                 # not rebuilt (one step): DDP's own order, the model's reversed
+        place.setdefault(name, len(place))
+    return params, ready, place
 
 
 class _Wait:
@@ -83,27 +91,45 @@ class _Release(torch.autograd.Function):
     DDP its gradient."""
 
     @staticmethod
-    def forward(ctx, chain, param, model, name):
-        ctx.model, ctx.name = model, name
+    def forward(ctx, chain, param, state, name):
+        ctx.state, ctx.name = state, name
         return chain.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        model, name = ctx.model, ctx.name
-        # aim the moment the gradient lands (DDP's hook follows it) at the recorded one: release it
+        r, name = ctx.state, ctx.name
+        ready = r.ready[r.step].get(name, 0.0)
+        # aim the moment the gradient lands (DDP's hook follows it) at the recorded one: hand it over
         # earlier by what landing took this host last step (accumulating it into its bucket)
-        ready = model.ready[model.step].get(name, 0.0)
-        model.wait.until(model.step_start + model.scale * ready - model.lag.get(ready, 0.0))
-        model.released.setdefault(ready, time.perf_counter())
-        return grad, model.grads[name], None, None
+        r.wait.until(r.step_start + r.scale * ready - r.lag.get(ready, 0.0))
+        r.released.setdefault(ready, time.perf_counter())
+        return grad, r.grads[name], None, None
+
+
+@dataclass
+class _State:
+    """What the replay keeps beside the parameters (apart from them, so no parameter name collides)."""
+
+    ready: list[dict[str, float]]
+    place: dict[str, int]
+    grads: dict[str, torch.Tensor]
+    scale: float
+    wait: _Wait
+    step: int = -1
+    step_start: float = 0.0
+    # a bucket's parameters share its ready time: per ready time, when backward handed over the first
+    # of them this step; per parameter, how long after that it had landed (accumulated), last step
+    released: dict[float, float] = field(default_factory=dict)
+    landed: dict[str, float] = field(default_factory=dict)
+    lag: dict[float, float] = field(default_factory=dict)
 
 
 class ReplayModel(torch.nn.Module):
-    def __init__(self, params: list[tuple[str, list[int]]], ready: list[dict[str, float]], compute: str,
-                 scale: float, seed: int):
+    def __init__(self, params: list[tuple[str, list[int]]], ready: list[dict[str, float]], place: dict[str, int],
+                 compute: str, scale: float, seed: int):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
-        self.names = []
+        self._names = [name for name, _ in params]
         for name, shape in params:
             owner = self
             *path, leaf = name.removeprefix("module.").split(".")
@@ -112,44 +138,38 @@ class ReplayModel(torch.nn.Module):
                     owner.add_module(part, torch.nn.Module())
                 owner = getattr(owner, part)
             owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
-            self.names.append(name)
-        self.grads = {name: torch.randn(shape, generator=gen) * 1e-3 for name, shape in params}
-        self.ready, self.scale, self.wait = ready, scale, _Wait(compute == "spin")
-        self.step, self.step_start = -1, 0.0
-        # a bucket's parameters share its ready time: per ready time, when backward handed over the
-        # first of them this step, and how long until the last had landed (accumulated), last step
-        self.released: dict[float, float] = {}
-        self.lag: dict[float, float] = {}
-        self.landed: dict[str, float] = {}         # per parameter: landing - its bucket's first release, last step
-        for name in self.names:
+        self._state = _State(ready, place, {name: torch.randn(shape, generator=gen) * 1e-3 for name, shape in params},
+                             scale, _Wait(compute == "spin"))
+        for name in self._names:
             self.get_parameter(name.removeprefix("module.")).register_post_accumulate_grad_hook(
                 lambda param, name=name: self._landed(name))
 
     def _landed(self, name: str) -> None:
-        ready = self.ready[self.step].get(name, 0.0)
-        if ready in self.released:
-            self.landed[name] = time.perf_counter() - self.released[ready]
+        r = self._state
+        ready = r.ready[r.step].get(name, 0.0)
+        if r.step > 0 and ready in r.released:    # step 0: one bucket of everything, no measure of a later one
+            r.landed[name] = time.perf_counter() - r.released[ready]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.step += 1
-        if self.step >= len(self.ready):
-            raise RuntimeError(f"the trace holds {len(self.ready)} steps; this run asked for more")
-        self.step_start = time.perf_counter()
-        self.lag, self.released = {}, {}
-        for name, took in self.landed.items():
-            ready = self.ready[self.step].get(name, 0.0)
-            self.lag[ready] = max(self.lag.get(ready, 0.0), took)
-        order = sorted(self.names, key=lambda n: self.ready[self.step].get(n, 0.0), reverse=True)
+        r = self._state
+        r.step += 1
+        if r.step >= len(r.ready):
+            raise RuntimeError(f"the trace holds {len(r.ready)} steps; this run asked for more")
+        r.step_start, r.released, r.lag = time.perf_counter(), {}, {}
+        for name, took in r.landed.items():
+            ready = r.ready[r.step].get(name, 0.0)
+            r.lag[ready] = max(r.lag.get(ready, 0.0), took)
+        handed = sorted(self._names, key=lambda n: (r.ready[r.step].get(n, 0.0), r.place[n]))
         chain = x
-        for name in order:                   # the last released first in the chain: backward meets it last
-            chain = _Release.apply(chain, self.get_parameter(name.removeprefix("module.")), self, name)
+        for name in reversed(handed):          # the first handed over last in the chain: backward meets it first
+            chain = _Release.apply(chain, self.get_parameter(name.removeprefix("module.")), r, name)
         return chain
 
 
 def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     trace = load(o.trace)
-    params, ready = schedule(trace, rank)
-    model = ReplayModel(params, ready, o.compute, o.scale, seed)
+    params, ready, place = schedule(trace, rank)
+    model = ReplayModel(params, ready, place, o.compute, o.scale, seed)
 
     def batches():
         while True:
