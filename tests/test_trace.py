@@ -20,6 +20,7 @@ NODES, STEPS = 2, 5
 @pytest.mark.root
 def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path, state_dir):
     run = gctestbed("run", "--nodes", str(NODES), "--bw", "1gbit", "--steps", str(STEPS), "--compressor", "twobit",
+                    "--eval-every", "2",
                     "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
     assert run.returncode == 0, run.stderr
     path = str(tmp_path / "run.trace.json.gz")
@@ -37,7 +38,8 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
             assert sum(b["numel"] for b in s["buckets"]) == sum(p.numel() for p in model.parameters())
             for b in s["buckets"]:
                 assert b["reduce_bytes"] == 0 and b["gather_bytes"] == math.ceil(b["numel"] / 16) * 4, b
-                # the hook got the bucket within the step's compute (forward and backward), after it began
+                # the hook got the bucket within the step's compute (forward and backward), after it began,
+                # the clock not moved by the held-out evaluations between steps (--eval-every)
                 assert 0 < b["ready_s"] <= s["compute_s"], (s, b)
                 assert b["encode_s"] > 0 and b["decode_s"] > 0, b
             # each bucket's encoding is part of the step's (the step's counter sums the buckets')
