@@ -29,6 +29,7 @@ def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
 
 
 @pytest.mark.root
+@pytest.mark.slow
 def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, state_dir):
     rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
     assert rec.returncode == 0, rec.stderr
@@ -68,6 +69,7 @@ def _layouts(results_dir) -> dict[int, list[str]]:
 
 
 @pytest.mark.root
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", ["cnn:width=8", "transformer:d_model=32,layers=2,heads=2,seq_len=16,corpus_mb=0.1"])
 def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, workload):
     """DDP rebuilds its buckets after step 0 in the order gradients arrived there: a replay must hand
