@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
+import torch
 
 from gctestbed import tracefile, workloads
 from gctestbed.spec import UserError
@@ -58,3 +60,49 @@ def test_a_file_that_is_not_a_trace_of_this_version_is_refused_in_one_sentence(t
         path.write_text(text)
         with pytest.raises(UserError, match=words):
             tracefile.load(str(path))
+
+
+class _Pause(torch.autograd.Function):
+    """Sleeps FORWARD_S on the way forward and BACKWARD_S on the way back: known durations."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(FORWARD_S)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(BACKWARD_S)
+        return grad
+
+
+FORWARD_S, BACKWARD_S = 0.03, 0.05
+
+
+class _Chain(torch.nn.Module):
+    def __init__(self, first, second):
+        super().__init__()
+        self.first, self.second = first, second
+
+    def forward(self, x):
+        return self.second(_Pause.apply(self.first(x)))
+
+
+def test_a_buckets_ready_time_is_when_backward_released_it(single_rank_group):
+    """Held against sleeps of known length, not against the code: a layer's gradients cannot reach
+    the hook before the forward's pause, and the first layer's come a backward pause after the
+    second's (each layer its own bucket after DDP's first step)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from gctestbed.compress import create, hook
+
+    first, second = torch.nn.Linear(64, 256), torch.nn.Linear(256, 256)   # 64 KB and 256 KB of gradient
+    model = DistributedDataParallel(_Chain(first, second), bucket_cap_mb=0.1)
+    state = hook.install(model, create("none", {}))
+    for _ in range(2):
+        model(torch.rand(8, 64)).sum().backward()
+        exchanges = state.take_step_stats()["exchanges"]
+    ready = {ex["numel"]: ex["ready_s"] for ex in exchanges}
+    second_at, first_at = ready[256 * 256 + 256], ready[64 * 256 + 256]
+    assert FORWARD_S <= second_at < FORWARD_S + BACKWARD_S, ready
+    assert first_at - second_at >= BACKWARD_S, ready
+
