@@ -8,7 +8,7 @@ every bucket layout DDP formed; the job (method and options, workload, nodes, ba
 cap, timing mode) and where it was recorded (host, CPU, torch, device); each bucket also carries
 when the hook got it (from the step's first forward) and its own encode and decode seconds (null
 in runs stored before schema 13). It is JSON, versioned by FORMAT and VERSION; docs/replay.md says
-what each field holds and what version 1 still lacks (forward time apart from backward).
+what each field holds and what version 2 still lacks (forward time apart from backward).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from .spec import UserError
 
 FORMAT = "gctestbed-trace"
-VERSION = 1
+VERSION = 2            # 2: layouts per rank (1 held rank 0's alone)
 
 
 def save(trace: dict[str, Any], path: str) -> None:
