@@ -43,19 +43,28 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
                backend=DEFAULTS["backend"], device=DEFAULTS["device"], optimizer=DEFAULTS["optimizer"],
                eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], cpus_per_node=DEFAULTS["cpus_per_node"],
-               run_id="") -> RunSpec:
+               run_id="", replay=None) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
+    if replay:
+        if command or workload != DEFAULTS["workload"]:
+            raise SpecError("--replay TRACE is the workload: leave out --workload and '-- CMD'.")
+        workload = replay_workload(replay)
     comp_name, comp_options = compress.resolve(compressor)
+    trace = None
+    if not command:
+        wl_name, wl_options = resolve_workload(workload)
+        if wl_name == "replay":
+            trace = _trace(wl_options)
+            if wl_options["codec"] == "recorded":
+                comp_name, comp_options = _recorded_method(trace, compressor, comp_name, comp_options)
     opt_name, opt_options = optimizers.resolve(optimizer)
     method = compress.create(comp_name, comp_options, kernels="torch")
     optimizers.check(opt_name, comp_name, method.momentum_inside)
     comm_name, comm_options = comms.resolve(comm)
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
-    if not command:
-        wl_name, wl_options = resolve_workload(workload)
-        if wl_name == "replay":
-            bucket_cap_mb = _replayable(wl_options, steps, bucket_cap_mb, comm_name, method.microbatches)
-    else:                           # the user's own program is the workload
+    if trace is not None:
+        bucket_cap_mb = _replayable(trace, wl_options["trace"], steps, bucket_cap_mb, comm_name, method.microbatches)
+    if command:                     # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":
             raise SpecError("--mode serial times gctestbed's own training loop: with '-- CMD' only overlap is possible.")
@@ -83,9 +92,15 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     return spec
 
 
-def _replayable(options: dict, steps, bucket_cap_mb, comm: str, microbatches: int):
-    """Check a replay against its trace (options["trace"] made absolute: nodes read it from
-    anywhere); the bucket cap the trace's DDP used where none was typed. One sentence otherwise."""
+def replay_workload(text: str) -> str:
+    """``--replay TRACE[,key=value,...]`` as the workload it stands for: ``replay:trace=TRACE,...``."""
+    text = text.strip()
+    return f"replay:{text}" if text.startswith("trace=") else f"replay:trace={text}"
+
+
+def _trace(options: dict) -> dict:
+    """The replay's trace, read and checked (options["trace"] made absolute: nodes read it from
+    anywhere); one sentence when it cannot be replayed."""
     path = os.path.abspath(options["trace"])
     try:
         trace = tracefile.load(path)
@@ -97,6 +112,24 @@ def _replayable(options: dict, steps, bucket_cap_mb, comm: str, microbatches: in
     if any(b.get("ready_s") is None for r in trace["ranks"] for s in r["steps"] for b in s["buckets"]):
         raise SpecError(f"trace {path} has buckets without ready times (a run stored before schema 13): "
                         "run the job again with this gctestbed and trace that run.")
+    return trace
+
+
+def _recorded_method(trace: dict, typed: str, name: str, options: dict) -> tuple[str, dict]:
+    """With codec=recorded the payloads are the trace's, so the method is: the trace's when
+    --compressor is left at its default (even when typed as such), else it must be the same."""
+    recorded = trace["job"]["compressor"], trace["job"]["compressor_options"]
+    if typed.strip() == DEFAULTS["compressor"]:
+        return recorded
+    if (name, options) != recorded:
+        raise SpecError(f"codec=recorded replays the trace's {recorded[0]} payloads: leave out --compressor, or "
+                        "use codec=real to run another method on the trace's compute.")
+    return recorded
+
+
+def _replayable(trace: dict, path: str, steps, bucket_cap_mb, comm: str, microbatches: int):
+    """Check a replay against its trace; the bucket cap the trace's DDP used where none was typed.
+    One sentence otherwise."""
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")

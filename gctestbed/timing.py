@@ -17,3 +17,31 @@ class Laps:
         t = now()
         elapsed, self.last = t - self.last, t
         return elapsed
+
+
+class Waiter:
+    """Waits until a moment on ``now``'s clock, as replayed work does (workloads/replay.py's compute,
+    compress/recorded.py's codec): ``sleep`` leaves the CPU free (a GPU's work leaves the host's CPU
+    to communication), ``spin`` keeps a core busy with small matrix products (a CPU's work contends
+    with communication, as it did when recorded); the products release the GIL, so the
+    communication threads run beside it. A moment already past is not waited for: the host is behind."""
+
+    def __init__(self, spin: bool):
+        self.spin = spin
+        self._work = None
+
+    def until(self, deadline: float) -> None:
+        left = deadline - now()
+        if left <= 0:
+            return
+        if not self.spin:
+            time.sleep(left)
+            return
+        import torch
+        if self._work is None:
+            self._work = torch.rand(64, 64)
+        while now() < deadline:
+            torch.mm(self._work, self._work)
+
+    def wait(self, seconds: float) -> None:
+        self.until(now() + seconds)

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import compress, optimizers, workloads
 from .comm import local, ps, server
-from .compress import hook
+from .compress import hook, recorded
 from . import results
 from .results import Recorder
 from .spec import RunSpec
@@ -105,6 +105,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
+    if work.codec:                               # a replay's recorded payloads stand in for the method's
+        compressor = recorded.RecordedCodec(compressor, **work.codec)
     averaging = local.averaging(spec, list(model.parameters()))
     exchange = ps.ServerExchange(spec, [n for n, _ in model.named_parameters()]) if spec.servers else averaging and averaging.exchange()
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)

@@ -6,6 +6,7 @@ are checked on the real method's payload in both runs."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import statistics
 
@@ -112,3 +113,83 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
         # spread of 15.5 ms), so the bound here is looser than on the recorded node count
         assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.5 * spread, (rank, mine, recorded)
         assert all(replayed[k][1] == real[(k[0] % 2, k[1], k[2])][1] for k in replayed if k[0] == rank)
+
+
+def _wire(results_dir) -> tuple[dict[tuple[int, int, int], tuple[int, int]], float]:
+    """(rank, step, seq) -> (payload bytes, gathered bytes) of the latest run, and the median bytes
+    a node sent on its interface per step after DDP's first two (the kernel's counters)."""
+    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
+    try:
+        run_id = conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()[0]
+        payloads = {(r, s, q): (p, g) for r, s, q, p, g in conn.execute(
+            "SELECT rank, step, seq, payload_bytes, gather_bytes FROM exchanges WHERE run_id=?", (run_id,))}
+        sent = [t for (t,) in conn.execute("SELECT tx_bytes FROM steps WHERE run_id=? AND step>=2", (run_id,))]
+        return payloads, statistics.median(sent)
+    finally:
+        conn.close()
+
+
+def _halved(path: str, out: str) -> None:
+    """The trace at ``path`` with every bucket's payload halved: the planted bug of the acceptance."""
+    from gctestbed import tracefile
+    trace = tracefile.load(path)
+    for rank in trace["ranks"]:
+        for step in rank["steps"]:
+            for b in step["buckets"]:
+                b["reduce_bytes"] //= 2
+                b["gather_bytes"] //= 2
+                for r in b.get("payloads") or []:
+                    for part in ("reduce", "gather"):
+                        r[part] = [[d, n // 2] for d, n in r.get(part, [])]
+    tracefile.save(trace, out)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["twobit", "powersgd"])
+def test_a_recorded_codec_puts_the_recorded_bytes_on_the_wire(tmp_path, state_dir, method):
+    """codec=recorded: no arithmetic of the method runs, yet every bucket's payload is the recorded
+    one and the interface counters (the kernel's, not the codec's accounting) see the recorded
+    run's bytes per step within 2 %. A trace with its payloads halved, replayed the same way,
+    fails that check: the acceptance's planted bug, kept as part of the test."""
+    args = ("--nodes", "2", "--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "64")
+    rec = gctestbed("run", *args, "--compressor", method, "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
+    assert rec.returncode == 0, rec.stderr
+    path, halved = str(tmp_path / "t.json"), str(tmp_path / "half.json")
+    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+    _halved(path, halved)
+    real_payloads, real_sent = _wire(tmp_path / "real")
+
+    def replay(trace: str, results: str):
+        done = gctestbed("run", *args, "--replay", f"{trace},codec=recorded", "--results", str(tmp_path / results))
+        assert done.returncode == 0, done.stderr
+        return _wire(tmp_path / results)
+
+    payloads, sent = replay(path, "replay")
+    assert payloads == real_payloads
+    assert abs(sent / real_sent - 1) <= 0.02, (sent, real_sent)
+    payloads, sent = replay(halved, "halved")
+    assert payloads != real_payloads and abs(sent / real_sent - 1) > 0.02, (sent, real_sent)
+    shown = json.loads(gctestbed("show", "--json", "--results", str(tmp_path / "replay")).stdout)
+    assert shown["replayed"] == "t.json (compute=sleep, codec=recorded)" and shown["compressor"] == method
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_sweep_replays_a_trace_and_its_report_says_so(tmp_path, state_dir):
+    """sweep --replay: every cell replays the trace (here over two rates), and the report names
+    the replayed cells, from which trace and how, in its cells and on its page."""
+    args = ("--nodes", "2", "--steps", "4", "--bucket-cap-mb", "1", "--batch-size", "64")
+    rec = gctestbed("run", *args, "--bw", "1gbit", "--no-calibrate", "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
+    assert rec.returncode == 0, rec.stderr
+    path = str(tmp_path / "t.json")
+    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+    swept = gctestbed("sweep", "--replay", f"{path},compute=spin", "--bw", "200mbit,1gbit", "--steps", "4",
+                      "--calibrate", "none", "--results", str(tmp_path / "sweep"))
+    assert swept.returncode == 0, swept.stderr
+    out = tmp_path / "report"
+    done = gctestbed("report", str(tmp_path / "sweep"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["cells"] == 2 and report["replayed"] == ["replay of t.json (compute=spin, codec=real)"]
+    assert "Replayed cells" in (out / "report.html").read_text()

@@ -106,3 +106,35 @@ def test_a_buckets_ready_time_is_when_backward_released_it(single_rank_group):
     assert FORWARD_S <= second_at < FORWARD_S + BACKWARD_S, ready
     assert first_at - second_at >= BACKWARD_S, ready
 
+
+
+def _tiny_trace(path) -> str:
+    """A hand-made trace of a twobit run: one rank, two steps, one bucket, buckets of 4 MB."""
+    bucket = {"seq": 0, "bucket": 0, "layout": 0, "numel": 10, "sent": None, "rounds": 1, "reduce_calls": 0,
+              "gather_calls": 2, "reduce_bytes": 0, "gather_bytes": 4, "ready_s": 0.01, "encode_s": 0.001, "decode_s": 0.001}
+    trace = {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {},
+             "job": {"compressor": "twobit", "compressor_options": {"threshold": 0.5}, "bucket_cap_mb": 4.0},
+             "parameters": [["module.w", [10]]], "layouts": {"0": {"0": [["module.w", [10]]]}},
+             "ranks": [{"rank": 0, "steps": [{"step": s, "buckets": [bucket]} for s in range(2)]}]}
+    tracefile.save(trace, str(path))
+    return str(path)
+
+
+def test_a_replay_is_checked_against_its_trace_in_one_sentence(tmp_path):
+    from gctestbed import flags
+    from gctestbed.spec import SpecError
+    path = _tiny_trace(tmp_path / "t.json")
+    # --replay is the workload replay:trace=...; the bucket cap is the trace's; codec=recorded takes its method
+    spec = flags.build_spec(replay=f"{path},codec=recorded", steps="2")
+    assert (spec.workload, spec.workload_options["trace"], spec.workload_options["codec"]) == ("replay", path, "recorded")
+    assert (spec.compressor, spec.compressor_options, spec.bucket_cap_mb) == ("twobit", {"threshold": 0.5}, 4.0)
+    # with the method running for real, the run's own method is kept
+    assert flags.build_spec(replay=path, steps="2", compressor="fp16").compressor == "fp16"
+    for kwargs, words in (({"replay": path, "workload": "cnn"}, "leave out --workload"),
+                          ({"replay": f"{path},codec=recorded", "compressor": "dgc"}, "replays the trace's twobit"),
+                          ({"replay": f"{path},codec=recorded", "compressor": "twobit:threshold=1"}, "replays the trace's twobit"),
+                          ({"replay": f"{path},codec=maybe"}, "codec must be real or recorded"),
+                          ({"replay": path, "steps": "3"}, "holds 2 steps"),
+                          ({"replay": path, "steps": "2", "bucket_cap_mb": "1"}, "used --bucket-cap-mb 4")):
+        with pytest.raises(SpecError, match=words):
+            flags.build_spec(**{"steps": "2", **kwargs})

@@ -104,7 +104,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         busiest = {f: max((v[f"median_{f}"] or 0 for v in s.servers), default=None) for f in ("push_bytes", "pull_bytes", "sum_s")}
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
-            workload=params["workload"] if params else spec.workload,
+            workload=f"replay of {s.replayed}" if s.replayed else params["workload"] if params else spec.workload,
             compressor=_label(params["compressor"] if params else spec.compressor,
                               params.get("comm", "allreduce") if params else _comm(spec)), method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,

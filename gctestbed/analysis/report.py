@@ -67,6 +67,8 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         "model": {},
         "projection": None,
         "held_out": model.held_out(rows, fit_nodes) if fit_nodes else None,
+        # cells whose compute came from a trace (docs/replay.md): their workload label names it
+        "replayed": sorted({r.workload for r in rows if r.workload.startswith("replay of ")}),
     }
     for t in out["time_to_accuracy"]:
         for b in t["break_even"]:
@@ -148,7 +150,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 def render_html(report: dict) -> str:
     """One page, no external files: pictures embedded as base64 PNG."""
     parts = [f"<h1>gctestbed report</h1><p>{report['cells']} cells from {html.escape(report['results_dir'])}"
-             f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>",
+             f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>"
+             + (f"<p><b>Replayed cells</b> (compute from a trace, everything on the wire real; docs/replay.md): "
+                f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed") else ""),
              f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
              _table(["setting", "method", "break-even", "flags"],

@@ -170,7 +170,7 @@ def print_summary(s: results.RunSummary) -> None:
     table = Table(title=f"run {s.run_id}  [{s.status}]", show_header=False)
     rows = [
         ("compressor", f"{s.compressor} ({s.kernels} kernels)" if compress.get(s.compressor).has_kernels
-         else s.compressor), ("workload", s.workload),
+         else s.compressor), ("workload", f"replay of {s.replayed}" if s.replayed else s.workload),
         ("nodes", str(s.nodes)),
         ("link", f"topology {s.topology} (see its calibration)" if s.topology
          else f"{format_rate(s.bw_bps)}, latency {format_duration(s.latency_s)}"),

@@ -33,10 +33,14 @@ from .render import bench_report, compressors_table, print_report, print_summary
                    "link-down:node=1,at=10s,for=2s takes both ends of its cable down; "
                    "loss:node=0,pct=5,at=5s[,for=3s] drops that share of its packets each way.")
 @cpus_option
+@click.option("--replay", default=None, metavar="TRACE[,OPTIONS]",
+              help="Replay a trace ('gctestbed trace record') instead of running a model: its compute (and with codec=recorded "
+                   "its payloads) replayed, everything on the wire real. TRACE[,compute=sleep|spin][,codec=real|recorded]"
+                   "[,scale=K]; the workload replay:trace=TRACE,... (docs/replay.md).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
         kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
-        timeout, faults, cpus_per_node, results_dir, command):
+        timeout, faults, cpus_per_node, results_dir, command, replay):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -49,7 +53,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             comm=comm, eval_every=eval_every, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node)
+                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay)
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
@@ -89,6 +93,9 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--compressor", multiple=True, help="Methods, separated by ';' or repeated: 'none;dgc:ratio=0.01;fp16'.")
 @click.option("--nodes", multiple=True, help="Node counts, e.g. 2,4.")
 @click.option("--workload", multiple=True, help="Workloads, separated by ';' or repeated: 'mlp;cnn:width=16'.")
+@click.option("--replay", default=None, metavar="TRACE[,OPTIONS]",
+              help="Every cell replays this trace (the workload axis; as for run). With codec=real each method runs on "
+                   "the trace's compute; with codec=recorded the trace's own method is replayed.")
 @click.option("--batch-size", multiple=True, help="Samples per node per step, e.g. 32,128.")
 @click.option("--mode", multiple=True, help="Timing modes: overlap, serial or both (overlap,serial).")
 @click.option("--optimizer", multiple=True, help="Optimizers, separated by ';' or repeated: 'sgd;adam:beta2=0.98'.")
@@ -120,7 +127,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @cpus_option
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition, dev, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
-          fresh_nodes, cpus_per_node, results_dir, **axes):
+          fresh_nodes, cpus_per_node, results_dir, replay, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
@@ -128,6 +135,10 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
                   partition=partition, dev=dev)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)
+    if replay:
+        if axes["workload"]:
+            raise SpecError("--replay TRACE is the workload of every cell: leave out --workload.")
+        axes["workload"] = (flags.replay_workload(replay),)
     for axis, given in axes.items():
         if given:
             grid.axes[axis] = _axis_values(axis, given)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sqlite3
 import statistics
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class RunSummary:
     mode: str
     workload: str
     workload_options: dict[str, Any]
+    replayed: str | None          # a replay's trace and options (docs/replay.md); None for a real model
     batch_size: int
     nodes: int
     topology: str | None
@@ -312,6 +314,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         mode=spec.mode,
         workload=spec.workload,
         workload_options=spec.workload_options,
+        replayed=replayed(spec),
         batch_size=spec.batch_size,
         nodes=n,
         topology=spec.topology.name if spec.topology else None,
@@ -353,3 +356,12 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         created_at=run["created_at"],
         finished_at=run["finished_at"],
     )
+
+
+def replayed(spec: RunSpec) -> str | None:
+    """What a replayed run replayed, for its labels: the trace's file name and how it was replayed."""
+    if spec.workload != "replay":
+        return None
+    o = spec.workload_options
+    scale = f", scale={o['scale']:g}" if o.get("scale", 1.0) != 1.0 else ""
+    return f"{os.path.basename(o['trace'])} (compute={o['compute']}, codec={o.get('codec', 'real')}{scale})"

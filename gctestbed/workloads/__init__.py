@@ -33,6 +33,9 @@ class Workload:
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     evaluate: Callable[[torch.nn.Module], dict[str, float | None]]
+    # a replay's recorded codec (workloads/replay.py, codec=recorded): compress.recorded.RecordedCodec's
+    # arguments beside the method, which the worker then stands in for the method's own payloads
+    codec: dict[str, Any] | None = None
 
 
 _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..timing import Waiter
 from ..tracefile import load
 
 COMPUTES = ("sleep", "spin")
+CODECS = ("real", "recorded")
 
 
 @dataclass
@@ -31,12 +33,17 @@ class ReplayOptions:
     trace: str = ""            # the trace file (gctestbed trace record)
     compute: str = "sleep"     # sleep: compute leaves the CPU free (a GPU's); spin: it takes a core (a CPU's)
     scale: float = 1.0         # recorded times x scale (time dilation: K stretches compute as links slow by K)
+    codec: str = "real"        # real: the method runs on the replay's gradients (a CPU trace on a CPU host);
+    #                            recorded: the recorded payload sizes after the recorded encode and decode
+    #                            times (compress/recorded.py: a GPU trace on a CPU host, or dilated)
 
     def __post_init__(self):
         if not self.trace:
             raise ValueError("replay needs trace=FILE (written by 'gctestbed trace record')")
         if self.compute not in COMPUTES:
             raise ValueError(f"compute must be sleep or spin, got {self.compute!r}")
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be real or recorded, got {self.codec!r}")
         if not self.scale > 0:
             raise ValueError(f"scale must be positive, got {self.scale}")
 
@@ -68,22 +75,6 @@ def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[
     return params, ready, place
 
 
-class _Wait:
-    def __init__(self, spin: bool):
-        self.spin = spin
-        self.work = torch.rand(64, 64) if spin else None
-
-    def until(self, deadline: float) -> None:
-        left = deadline - time.perf_counter()
-        if left <= 0:                           # the host is behind the recorded times: no wait
-            return
-        if not self.spin:
-            time.sleep(left)
-            return
-        while time.perf_counter() < deadline:
-            torch.mm(self.work, self.work)        # releases the GIL: the communication thread runs beside it
-
-
 class _Release(torch.autograd.Function):
     """Identity on the chain forward; backward waits for the parameter's ready time, then hands
     DDP its gradient."""
@@ -112,7 +103,7 @@ class _State:
     place: dict[str, int]
     grads: dict[str, torch.Tensor]
     scale: float
-    wait: _Wait
+    wait: Waiter
     step: int = -1
     step_start: float = 0.0
     # a bucket's parameters share its ready time: per ready time, when backward handed over the first
@@ -137,7 +128,7 @@ class ReplayModel(torch.nn.Module):
                 owner = getattr(owner, part)
             owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
         self._state = _State(ready, place, {name: torch.randn(shape, generator=gen) * 1e-3 for name, shape in params},
-                             scale, _Wait(compute == "spin"))
+                             scale, Waiter(compute == "spin"))
         for name in self._names:
             self.get_parameter(name.removeprefix("module.")).register_post_accumulate_grad_hook(
                 lambda param, name=name: self._landed(name))
@@ -176,4 +167,14 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float | None]:
         return {"loss": None, "accuracy": None}
 
-    return model, batches(), lambda out, target: out.sum(), evaluate
+    return model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o)
+
+
+def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
+    """compress.recorded.RecordedCodec's arguments for rank ``rank`` (the recorded rank r mod p's
+    buckets by step and DDP's bucket index), or None when the method runs for real."""
+    if o.codec != "recorded":
+        return None
+    mine = trace["ranks"][rank % len(trace["ranks"])]["steps"]
+    return {"buckets": {(s["step"], b["bucket"]): b for s in mine for b in s["buckets"]}, "scale": o.scale,
+            "spin": o.compute == "spin", "recorded_world": len(trace["ranks"])}
