@@ -63,7 +63,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     comm_name, comm_options = comms.resolve(comm)
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if trace is not None:
-        bucket_cap_mb = _replayable(trace, wl_options["trace"], steps, bucket_cap_mb, comm_name, method.microbatches)
+        bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, method.microbatches,
+                                    _int("--nodes", nodes), batch_size)
     if command:                     # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":
@@ -127,20 +128,32 @@ def _recorded_method(trace: dict, typed: str, name: str, options: dict) -> tuple
     return recorded
 
 
-def _replayable(trace: dict, path: str, steps, bucket_cap_mb, comm: str, microbatches: int):
-    """Check a replay against its trace; the bucket cap the trace's DDP used where none was typed.
-    One sentence otherwise."""
+def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, microbatches: int, nodes: int,
+                batch_size):
+    """Check a replay against its trace; the bucket cap the trace's DDP used and the batch it
+    replays where none was typed (left at the default, even typed as such). One sentence otherwise."""
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
     if comm != "allreduce" or microbatches > 1:
         raise SpecError("replay runs over the ring (--comm allreduce) with a method of one backward per step, for now.")
+    if options["real"]:
+        job = trace["job"]
+        if job["workload"] not in workloads.names() or job["workload"] == "replay":
+            raise SpecError(f"real={options['real']} runs the recorded model, but the trace's workload "
+                            f"({job['workload']}) is not a built-in one gctestbed can build.")
+        if options["real"] > nodes:
+            raise SpecError(f"real={options['real']} asks for more real ranks than --nodes {nodes}.")
+        if str(batch_size) != str(DEFAULTS["batch_size"]) and _int("--batch-size", batch_size) != job["batch_size"]:
+            raise SpecError(f"a mixed run's real ranks train the recorded job: use its --batch-size {job['batch_size']}.")
+    if str(batch_size) == str(DEFAULTS["batch_size"]):
+        batch_size = str(trace["job"]["batch_size"])      # the batch whose compute is replayed
     cap = trace["job"]["bucket_cap_mb"]
     if str(bucket_cap_mb) == str(DEFAULTS["bucket_cap_mb"]):
-        return cap
+        return cap, batch_size
     if _float("--bucket-cap-mb", bucket_cap_mb) != cap:
         raise SpecError(f"the trace's DDP used --bucket-cap-mb {cap:g}: a replay must form the same buckets.")
-    return bucket_cap_mb
+    return bucket_cap_mb, batch_size
 
 
 def resolve_workload(text: str) -> tuple[str, dict]:

@@ -193,3 +193,41 @@ def test_a_sweep_replays_a_trace_and_its_report_says_so(tmp_path, state_dir):
     report = json.loads((out / "report.json").read_text())
     assert report["cells"] == 2 and report["replayed"] == ["replay of t.json (compute=spin, codec=real)"]
     assert "Replayed cells" in (out / "report.html").read_text()
+
+
+def _nodes_and_losses(results_dir) -> tuple[dict[int, str], dict[int, list[float]]]:
+    """rank -> its replica's parameter digest, and rank -> its loss per step, of the latest run."""
+    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
+    try:
+        run_id = conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()[0]
+        digests = dict(conn.execute("SELECT rank, param_sha256 FROM nodes WHERE run_id=?", (run_id,)))
+        losses: dict[int, list[float]] = {}
+        for rank, loss in conn.execute("SELECT rank, loss FROM steps WHERE run_id=? ORDER BY rank, step", (run_id,)):
+            losses.setdefault(rank, []).append(loss)
+        return digests, losses
+    finally:
+        conn.close()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_path, state_dir):
+    """real=1: rank 0 trains the recorded model for real (its loss is the model's, and falls),
+    rank 1 replays (its loss is the replay's, zero) and releases its buckets at the recorded
+    times; DDP averages both, so the two replicas end bit-identical (the kernel's digest of each
+    rank's parameters, not the replay's bookkeeping). Planted: rank 0 replaying too -> its loss is 0."""
+    args = ("--nodes", "2", "--bw", "1gbit", "--steps", "8", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
+    assert gctestbed("run", *args, "--workload", WORKLOAD, "--results", str(tmp_path / "real")).returncode == 0
+    path = str(tmp_path / "t.json")
+    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+    mixed = gctestbed("run", *args, "--replay", f"{path},real=1", "--results", str(tmp_path / "mixed"))
+    assert mixed.returncode == 0, mixed.stderr
+    digests, losses = _nodes_and_losses(tmp_path / "mixed")
+    assert digests[0] == digests[1] and digests[0]
+    assert all(v > 0 for v in losses[0]) and losses[0][-1] < losses[0][0], losses[0]
+    assert all(v == 0 for v in losses[1]), losses[1]
+    real, replayed = _ready(tmp_path / "real"), _ready(tmp_path / "mixed")
+    slots = sorted({q for r, s, q in real if r == 1 and s >= 2})
+    recorded = [statistics.median(real[(1, s, q)][0] for r, s, q in real if r == 1 and s >= 2 and q == slot) for slot in slots]
+    mine = [statistics.median(replayed[(1, s, q)][0] for r, s, q in replayed if r == 1 and s >= 2 and q == slot) for slot in slots]
+    assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.2 * (max(recorded) - min(recorded)), (mine, recorded)

@@ -113,7 +113,8 @@ def _tiny_trace(path) -> str:
     bucket = {"seq": 0, "bucket": 0, "layout": 0, "numel": 10, "sent": None, "rounds": 1, "reduce_calls": 0,
               "gather_calls": 2, "reduce_bytes": 0, "gather_bytes": 4, "ready_s": 0.01, "encode_s": 0.001, "decode_s": 0.001}
     trace = {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {},
-             "job": {"compressor": "twobit", "compressor_options": {"threshold": 0.5}, "bucket_cap_mb": 4.0},
+             "job": {"compressor": "twobit", "compressor_options": {"threshold": 0.5}, "bucket_cap_mb": 4.0,
+                     "workload": "mlp", "workload_options": {}, "batch_size": 16},
              "parameters": [["module.w", [10]]], "layouts": {"0": {"0": [["module.w", [10]]]}},
              "ranks": [{"rank": 0, "steps": [{"step": s, "buckets": [bucket]} for s in range(2)]}]}
     tracefile.save(trace, str(path))
@@ -128,6 +129,7 @@ def test_a_replay_is_checked_against_its_trace_in_one_sentence(tmp_path):
     spec = flags.build_spec(replay=f"{path},codec=recorded", steps="2")
     assert (spec.workload, spec.workload_options["trace"], spec.workload_options["codec"]) == ("replay", path, "recorded")
     assert (spec.compressor, spec.compressor_options, spec.bucket_cap_mb) == ("twobit", {"threshold": 0.5}, 4.0)
+    assert spec.batch_size == 16                        # the batch whose compute the trace holds
     # with the method running for real, the run's own method is kept
     assert flags.build_spec(replay=path, steps="2", compressor="fp16").compressor == "fp16"
     for kwargs, words in (({"replay": path, "workload": "cnn"}, "leave out --workload"),
@@ -135,6 +137,8 @@ def test_a_replay_is_checked_against_its_trace_in_one_sentence(tmp_path):
                           ({"replay": f"{path},codec=recorded", "compressor": "twobit:threshold=1"}, "replays the trace's twobit"),
                           ({"replay": f"{path},codec=maybe"}, "codec must be real or recorded"),
                           ({"replay": path, "steps": "3"}, "holds 2 steps"),
-                          ({"replay": path, "steps": "2", "bucket_cap_mb": "1"}, "used --bucket-cap-mb 4")):
+                          ({"replay": path, "steps": "2", "bucket_cap_mb": "1"}, "used --bucket-cap-mb 4"),
+                          ({"replay": f"{path},real=3"}, "more real ranks than --nodes 2"),
+                          ({"replay": f"{path},real=1", "batch_size": "8"}, "use its --batch-size 16")):
         with pytest.raises(SpecError, match=words):
             flags.build_spec(**{"steps": "2", **kwargs})

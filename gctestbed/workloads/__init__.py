@@ -86,6 +86,9 @@ def _no_evaluation(model: torch.nn.Module) -> dict[str, float | None]:
 
 def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: int, world: int = 1) -> Workload:
     """Model (identical on every rank for a seed) and this rank's own stream of batches."""
+    if name == "replay" and rank < options.get("real", 0):       # a mixed run: this rank runs the recorded model
+        job = replay.load(options["trace"])["job"]
+        return build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
     if name in _BUILDERS:
         cls, builder = _BUILDERS[name]
         return Workload(*builder(cls(**options), seed, rank, batch_size))

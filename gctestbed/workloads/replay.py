@@ -36,6 +36,8 @@ class ReplayOptions:
     codec: str = "real"        # real: the method runs on the replay's gradients (a CPU trace on a CPU host);
     #                            recorded: the recorded payload sizes after the recorded encode and decode
     #                            times (compress/recorded.py: a GPU trace on a CPU host, or dilated)
+    real: int = 0              # ranks 0 .. real-1 run the recorded model for real (a mixed run: one real
+    #                            node's compute contends with communication against a replayed cluster)
 
     def __post_init__(self):
         if not self.trace:
@@ -44,6 +46,8 @@ class ReplayOptions:
             raise ValueError(f"compute must be sleep or spin, got {self.compute!r}")
         if self.codec not in CODECS:
             raise ValueError(f"codec must be real or recorded, got {self.codec!r}")
+        if self.real < 0:
+            raise ValueError(f"real counts ranks that run the model, got {self.real}")
         if not self.scale > 0:
             raise ValueError(f"scale must be positive, got {self.scale}")
 
