@@ -44,6 +44,14 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
                 # the clock not moved by the held-out evaluations between steps (--eval-every)
                 assert 0 < b["ready_s"] <= s["compute_s"], (s, b)
                 assert b["encode_s"] > 0 and b["decode_s"] > 0, b
+                # its encoding began once the hook had it, and its result came back after encoding and
+                # decoding, before backward returned (DDP waits for every bucket)
+                assert b["ready_s"] <= b["start_s"], b
+                assert b["start_s"] + b["encode_s"] + b["decode_s"] <= b["done_s"] <= s["compute_s"], (s, b)
+                # per round what went on the wire: the gathered bytes, counted from dtypes and lengths
+                assert len(b["payloads"]) == b["rounds"] == 1 and b["payloads"][0]["reduce"] == [], b
+                assert sum(n * torch.empty(0, dtype=getattr(torch, d)).element_size()
+                           for d, n in b["payloads"][0]["gather"]) == b["gather_bytes"], b
             # each bucket's encoding is part of the step's (the step's counter sums the buckets')
             assert sum(b["encode_s"] for b in s["buckets"]) <= s["encode_s"] * 1.0001 + 1e-9, s
     shown = gctestbed("trace", "show", path, "--json")
