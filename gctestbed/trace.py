@@ -7,8 +7,11 @@ collective calls and the bytes it reduced and gathered; the model's parameters i
 every bucket layout DDP formed; the job (method and options, workload, nodes, batch size, bucket
 cap, timing mode) and where it was recorded (host, CPU, torch, device); each bucket also carries
 when the hook got it (from the step's first forward) and its own encode and decode seconds (null
-in runs stored before schema 13). It is JSON, versioned by FORMAT and VERSION; docs/replay.md says
-what each field holds and what version 2 still lacks (forward time apart from backward).
+in runs stored before schema 13), and when its encoding began and its decoded result was
+delivered (on the same clock) with what it put on the wire per round, dtypes and element counts
+(null before schema 14); each step carries the wall time it was stored at. It is JSON, versioned
+by FORMAT and VERSION; docs/replay.md says what each field holds and what version 2 still lacks
+(forward time apart from backward).
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
                     "sent": e["sent"], "rounds": e["rounds"], "reduce_calls": e["reduce_calls"],
                     "gather_calls": e["gather_calls"], "reduce_bytes": e["payload_bytes"] - e["gather_bytes"],
                     "gather_bytes": e["gather_bytes"], "ready_s": e["ready_s"], "encode_s": e["encode_s"],
-                    "decode_s": e["decode_s"]} for e in by_step.get((row["rank"], row["step"]), [])]
+                    "decode_s": e["decode_s"], "start_s": e["start_s"], "done_s": e["done_s"],
+                    "payloads": e["payloads"]} for e in by_step.get((row["rank"], row["step"]), [])]
         ranks.setdefault(row["rank"], []).append(
-            {"step": row["step"], **{k: row[k] for k in STEP_TIMES}, "buckets": buckets})
+            {"step": row["step"], "t": row["t"], **{k: row[k] for k in STEP_TIMES}, "buckets": buckets})
     first = layouts.get((0, 0))
     return {
         "format": FORMAT, "version": VERSION,

@@ -62,3 +62,41 @@ def test_unknown_run_is_a_user_error(tmp_path):
         results.find_run(conn, None)
     with pytest.raises(UserError, match="no run matches"):
         results.find_run(conn, "zzz")
+
+
+def _exchange(**extra):
+    return {"seq": 0, "bucket": 0, "layout": 0, "numel": 10, "sent": None, "rounds": 1, "reduce_calls": 1,
+            "gather_calls": 0, "payload_bytes": 20, "gather_bytes": 0, "expected_tx_bytes": 20, "ready_s": 0.1,
+            "encode_s": 0.01, "decode_s": 0.02, **extra}
+
+
+def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tmp_path):
+    """Written before start_s, done_s and payloads existed (schema 13), a store opened now has the
+    columns, its old rows read them as null, and new rows keep them."""
+    import sqlite3
+    old_schema = "\n".join(line for line in results.SCHEMA.splitlines()
+                           if not line.strip().startswith(("start_s", "done_s", "payloads")))
+    path = results.db_path(str(tmp_path))
+    conn = sqlite3.connect(path)
+    conn.executescript(old_schema)
+    conn.execute("PRAGMA user_version=13")
+    conn.execute("INSERT INTO runs (run_id, created_at, status, spec) VALUES ('old', 0, 'ok', '{}')")
+    conn.execute("INSERT INTO exchanges (run_id, rank, step, seq, bucket, layout, numel, rounds, reduce_calls, "
+                 "gather_calls, payload_bytes, gather_bytes, expected_tx_bytes) VALUES ('old', 0, 0, 0, 0, 0, 10, 1, 1, "
+                 "0, 40, 0, 40)")
+    conn.commit()
+    conn.close()
+
+    rec = results.Recorder(str(tmp_path), "r1")
+    assert rec.conn.execute("PRAGMA user_version").fetchone()[0] == results.SCHEMA_VERSION
+    old = results.exchanges_of(rec.conn, "old")
+    assert [(e["start_s"], e["done_s"], e["payloads"]) for e in old] == [(None, None, None)]
+    rec.start_run(_spec(), {})
+    wire = [{"reduce": [["float16", 10]], "gather": []}, {"reduce": [], "gather": [["uint8", 4], ["int32", 1]]}]
+    rec.step(0, 0, step_s=1.0, exchanges=[_exchange(start_s=0.12, done_s=0.3, payloads=wire)])
+    new = results.exchanges_of(rec.conn, "r1")
+    assert [(e["start_s"], e["done_s"], e["payloads"]) for e in new] == [(0.12, 0.3, wire)]
+    # and a run copied to another store (a host's into a sweep's) keeps them
+    other = results.connect(str(tmp_path / "other"))
+    assert results.copy_run(rec.conn, other, "r1")
+    assert results.exchanges_of(other, "r1") == new

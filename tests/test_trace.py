@@ -14,6 +14,7 @@ import torch
 from gctestbed import tracefile, workloads
 from gctestbed.spec import UserError
 from helpers import gctestbed
+from test_chrometrace import check_format
 
 WORKLOAD = "mlp:width=256,depth=2,input_dim=64"
 NODES, STEPS = 2, 5
@@ -44,8 +45,24 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
                 # the clock not moved by the held-out evaluations between steps (--eval-every)
                 assert 0 < b["ready_s"] <= s["compute_s"], (s, b)
                 assert b["encode_s"] > 0 and b["decode_s"] > 0, b
+                # its encoding began once the hook had it, and its result came back after encoding and
+                # decoding, before backward returned (DDP waits for every bucket)
+                assert b["ready_s"] <= b["start_s"], b
+                assert b["start_s"] + b["encode_s"] + b["decode_s"] <= b["done_s"] <= s["compute_s"], (s, b)
+                # per round what went on the wire: the gathered bytes, counted from dtypes and lengths
+                assert len(b["payloads"]) == b["rounds"] == 1 and b["payloads"][0]["reduce"] == [], b
+                assert sum(n * torch.empty(0, dtype=getattr(torch, d)).element_size()
+                           for d, n in b["payloads"][0]["gather"]) == b["gather_bytes"], b
             # each bucket's encoding is part of the step's (the step's counter sums the buckets')
             assert sum(b["encode_s"] for b in s["buckets"]) <= s["encode_s"] * 1.0001 + 1e-9, s
+    # the Chrome trace, of the run in the store and of the file alike: one encode, collective and decode per bucket
+    for source in (["--results", str(tmp_path / "results")], [path]):
+        chrome = gctestbed("trace", "chrome", *source, "-o", str(tmp_path / "chrome.json"))
+        assert chrome.returncode == 0, chrome.stderr
+        events = check_format(json.loads((tmp_path / "chrome.json").read_text()), ranks=NODES)
+        for name in ("encode", "collective", "decode"):
+            assert sum(e["name"] == name for e in events) == sum(len(s["buckets"]) for r in data["ranks"]
+                                                                  for s in r["steps"]), name
     shown = gctestbed("trace", "show", path, "--json")
     assert shown.returncode == 0, shown.stderr
     about = json.loads(shown.stdout)

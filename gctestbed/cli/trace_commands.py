@@ -1,14 +1,17 @@
-"""trace record and show: a run's compute and communication as a file to keep and share (docs/replay.md)."""
+"""trace record, show and chrome: a run's compute and communication as a file to keep and share, and
+as a timeline to look at (docs/replay.md)."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
-from .. import results
+from .. import chrometrace, results
 from .. import trace as trace_
 from .. import tracefile
+from ..spec import UserError
 from . import console, main
 from .render import trace_table
 
@@ -45,3 +48,31 @@ def show(path, as_json):
         click.echo(json.dumps(about, indent=1))
     else:
         console.print(trace_table(about))
+
+
+@trace.command()
+@click.argument("source", required=False, metavar="[RUN_ID | FILE]")
+@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+@click.option("-o", "--out", "path", required=True, help="Chrome trace to write (JSON).")
+def chrome(source, results_dir, path):
+    """Write a run (the latest when omitted) or a trace file as a Chrome trace, for Perfetto
+    (ui.perfetto.dev) or chrome://tracing: per rank, each step's compute, every bucket's encode,
+    collective and decode, and the optimizer."""
+    if source is not None and os.path.isfile(source):
+        data = tracefile.load(source)
+    elif source is not None and (os.sep in source or source.endswith((".json", ".gz"))):
+        raise UserError(f"there is no trace file {source}: give a trace file or a run id ('gctestbed show --all').")
+    else:
+        conn = results.connect(results_dir, create=False)
+        try:
+            data = trace_.extract(conn, results.find_run(conn, source)["run_id"])
+        finally:
+            conn.close()
+    out = chrometrace.events(data)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(out, f, separators=(",", ":"))
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}.") from None
+    console.print(f"Chrome trace of run {data['recorded']['run_id']}: {len(data['ranks'])} ranks, "
+                  f"{len(out['traceEvents'])} events -> {path} (open it in ui.perfetto.dev or chrome://tracing)")

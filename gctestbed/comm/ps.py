@@ -166,10 +166,12 @@ class ServerExchange:
         payload_bytes = sum(p.nbytes for *_, p in parts)
         gather_bytes = sum(t.numel() * t.element_size() for *_, p in parts for t in p.gather)
         chosen = [p.sent for *_, p in parts if p.sent is not None]
-        state.record(ctx, numel, sum(chosen) if chosen else None,
-                     [{"payload_bytes": payload_bytes, "gather_bytes": gather_bytes, "expected_tx_bytes": push_bytes,
-                       "reduce_calls": 0, "gather_calls": 0}], pushed - t0, decode_s)
-        hook.deliver(state, future, buffer, buffer, 0.0)
+        # one round: every part pushed to its server (the pull is the servers' to send)
+        rounds = [{"payload_bytes": payload_bytes, "gather_bytes": gather_bytes, "expected_tx_bytes": push_bytes,
+                   "reduce_calls": 0, "gather_calls": 0, "wire": hook.wire_of([p for *_, p in parts])}]
+        hook.deliver(state, future, buffer, buffer, 0.0,
+                     lambda done: state.record(ctx, numel, sum(chosen) if chosen else None, rounds, pushed - t0,
+                                               decode_s, t0, done))
 
 
 def goodbye(spec: RunSpec) -> None:

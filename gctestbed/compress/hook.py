@@ -131,13 +131,18 @@ class HookState:
         with self._lock:
             self._ready[ctx.key] = at
 
-    def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, int]],
-               encode_s: float | None = None, decode_s: float | None = None) -> None:
+    def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, Any]],
+               encode_s: float | None = None, decode_s: float | None = None,
+               started: float | None = None, done: float | None = None) -> None:
         """One bucket's exchange, for the store (and the contract check, which reads it there), with
-        when the hook got it (from the step's first forward) and its encode and decode seconds."""
+        when the hook got it, when its encoding began (``started``) and when its decoded result was
+        in the bucket (``done``), all three from the step's first forward, its encode and decode
+        seconds, and per round what this rank put on the wire (each round's ``wire``, see ``wire_of``:
+        what a replay needs to send payloads of the recorded sizes)."""
         layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
         with self._lock:
             ready = self._ready.pop(ctx.key, None)
+            since = self._step_start
             if layout not in self._layouts:
                 self._layouts[layout] = len(self._layouts)
                 self._new_layouts.append({"layout": self._layouts[layout],
@@ -146,8 +151,8 @@ class HookState:
                 "seq": len(self._exchanges), "bucket": ctx.key, "layout": self._layouts[layout], "numel": numel,
                 "sent": sent, "rounds": sum(1 for r in rounds if r["reduce_calls"] or r["gather_calls"]),
                 **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS},
-                "ready_s": ready - self._step_start if ready is not None and self._step_start is not None else None,
-                "encode_s": encode_s, "decode_s": decode_s})
+                "ready_s": _since(ready, since), "start_s": _since(started, since), "done_s": _since(done, since),
+                "encode_s": encode_s, "decode_s": decode_s, "payloads": [r["wire"] for r in rounds]})
 
     def count(self, **add: float) -> None:
         with self._lock:
@@ -169,16 +174,30 @@ class HookState:
 ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")
 
 
+def _since(at: float | None, start: float | None) -> float | None:
+    """``at`` on the step's clock (seconds from its first forward); None when either is unknown."""
+    return at - start if at is not None and start is not None else None
+
+
+def wire_of(payloads: list[Payload]) -> dict[str, list[list]]:
+    """What this rank put on the wire in one round: ``{"reduce": [[dtype, numel], ...], "gather":
+    [...]}`` in the payloads' tensor order, dtype as torch names it without ``torch.`` ("float16")."""
+    def shapes(tensors: list[torch.Tensor]) -> list[list]:
+        return [[str(t.dtype).removeprefix("torch."), t.numel()] for t in tensors]
+    return {"reduce": [x for p in payloads for x in shapes(p.reduce)],
+            "gather": [x for p in payloads for x in shapes(p.gather)]}
+
+
 def _finish_round(state: HookState, payload: Payload) -> dict[str, int]:
     """Run the gather part of a payload (the reduce part is already summed); what the round cost,
-    by ROUND_FIELDS."""
+    by ROUND_FIELDS, and what it put on the wire (``wire``)."""
     sent = 0
     if payload.gather:
         payload.gathered, sent = collectives.gather(payload.gather, state.process_group)
     tx = collectives.wire_bytes(sum(t.numel() * t.element_size() for t in payload.reduce), sent, state.world_size)
     return {"payload_bytes": payload.nbytes, "gather_bytes": sum(t.numel() * t.element_size() for t in payload.gather),
             "reduce_calls": len(payload.reduce), "gather_calls": collectives.GATHER_CALLS if payload.gather else 0,
-            "expected_tx_bytes": tx}
+            "expected_tx_bytes": tx, "wire": wire_of([payload])}
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -223,7 +242,7 @@ def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
-            lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, launched - t0))
+            lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, t0))
         return
     current, decode_s, rounds = payload, 0.0, []
     while True:
@@ -236,13 +255,14 @@ def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.
         if not isinstance(result, Payload):
             break
         current, launched = result, now()
-    state.record(ctx, numel, payload.sent, rounds, launched_first - t0, decode_s)
-    deliver(state, future, buffer, result, decode_s)
+    deliver(state, future, buffer, result, decode_s,
+            lambda done: state.record(ctx, numel, payload.sent, rounds, launched_first - t0, decode_s, t0, done))
 
 
-def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, encode_s) -> None:
-    """Completion of a one-round, summed-only payload (on a backend thread: no collectives here).
-    A failed all-reduce (a timeout, a broken connection) fails the bucket: never decode unsummed."""
+def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, t0) -> None:
+    """Completion of a one-round, summed-only payload (on a backend thread: no collectives here),
+    encoded from ``t0`` to ``launched``. A failed all-reduce (a timeout, a broken connection) fails
+    the bucket: never decode unsummed."""
     try:
         done.value()
         round_ = _finish_round(state, payload)
@@ -250,17 +270,20 @@ def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, 
         t = now()
         result = compressor.decompress(payload, ctx, numel)
         decode_s = now() - t
-        state.record(ctx, numel, payload.sent, [round_], encode_s, decode_s)
-        deliver(state, future, buffer, result, decode_s)
+        deliver(state, future, buffer, result, decode_s,
+                lambda at: state.record(ctx, numel, payload.sent, [round_], launched - t0, decode_s, t0, at))
     except BaseException as e:  # noqa: BLE001
         state.failure = e
         future.set_exception(e)
 
 
 def deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, result: torch.Tensor,
-             decode_s: float) -> None:
+            decode_s: float, record) -> None:
+    """Put the decoded ``result`` in the bucket, ``record(done)`` the exchange with the moment it was
+    there, and complete DDP's future (after the record, so the step that waits on it has it)."""
     if result.data_ptr() != buffer.data_ptr():
         buffer.copy_(result)
+    record(now())
     state.count(decode_s=decode_s)
     future.set_result(buffer)
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s")
@@ -119,6 +119,9 @@ CREATE TABLE IF NOT EXISTS exchanges (     -- every bucket a rank exchanged in a
     ready_s       REAL,                      -- when the hook got the bucket, from the step's first forward
     encode_s      REAL,                      -- its encoding, on the communication thread
     decode_s      REAL,                      -- its decoding
+    start_s       REAL,                      -- when its encoding began, from the step's first forward
+    done_s        REAL,                      -- when its decoded result was in the bucket, on that clock
+    payloads      TEXT,                      -- JSON, per round: {"reduce": [[dtype, numel], ...], "gather": [...]}
     PRIMARY KEY (run_id, rank, step, seq)
 );
 CREATE TABLE IF NOT EXISTS layouts (       -- the parameters of a bucket, in its order
@@ -164,7 +167,8 @@ CREATE TABLE IF NOT EXISTS sweep_cells (
 );
 """
 EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce_calls", "gather_calls", "payload_bytes",
-                   "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s")
+                   "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s", "start_s", "done_s",
+                   "payloads")
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
                       "rtt_idle_s", "rtt_loaded_s", "miss")
 
@@ -257,7 +261,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("nodes", "role", "TEXT"), ("nodes", "cpu_s", "REAL"), ("nodes", "wall_s", "REAL"),
                                 ("nodes", "rss_bytes", "INTEGER"), ("nodes", "pss_bytes", "INTEGER"),
                                 ("nodes", "uss_bytes", "INTEGER"), ("exchanges", "ready_s", "REAL"),
-                                ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL")):
+                                ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL"),
+                                ("exchanges", "start_s", "REAL"), ("exchanges", "done_s", "REAL"),
+                                ("exchanges", "payloads", "TEXT")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -336,7 +342,14 @@ def insert_step(conn: sqlite3.Connection, run_id: str, rank: int, step: int, t: 
                      [(run_id, rank, lay["layout"], json.dumps(lay["params"])) for lay in layouts])
     conn.executemany(f"INSERT INTO exchanges (run_id, rank, step, {', '.join(EXCHANGE_FIELDS)}) "
                      f"VALUES (?, ?, ?, {', '.join('?' * len(EXCHANGE_FIELDS))})",
-                     [(run_id, rank, step, *(ex[k] for k in EXCHANGE_FIELDS)) for ex in exchanges])
+                     [(run_id, rank, step, *(_column(k, ex[k]) for k in EXCHANGE_FIELDS)) for ex in exchanges])
+
+
+JSON_COLUMNS = ("payloads",)      # exchanges' columns stored as JSON text (exchanges_of reads them back)
+
+
+def _column(key: str, value: Any) -> Any:
+    return json.dumps(value, separators=(",", ":")) if key in JSON_COLUMNS and value is not None else value
 
 
 # --- what a summary reads (results.summary) ---
@@ -455,8 +468,12 @@ def list_runs(conn: sqlite3.Connection) -> list[sqlite3.Row]:
 
 
 def exchanges_of(conn: sqlite3.Connection, run_id: str) -> list[dict]:
-    """Every bucket exchange of a run, every rank's."""
-    return [dict(r) for r in conn.execute("SELECT * FROM exchanges WHERE run_id=? ORDER BY step, rank, seq", (run_id,))]
+    """Every bucket exchange of a run, every rank's (``payloads`` decoded; None where not stored)."""
+    rows = [dict(r) for r in conn.execute("SELECT * FROM exchanges WHERE run_id=? ORDER BY step, rank, seq", (run_id,))]
+    for row in rows:
+        for key in JSON_COLUMNS:
+            row[key] = json.loads(row[key]) if row[key] is not None else None
+    return rows
 
 
 def layouts_of(conn: sqlite3.Connection, run_id: str) -> dict[tuple[int, int], list]:
