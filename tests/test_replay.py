@@ -116,13 +116,13 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
 
 
 def _wire(results_dir) -> tuple[dict[tuple[int, int, int], tuple[int, int]], float]:
-    """(rank, step, seq) -> (payload bytes, gathered bytes) of the latest run, and the median bytes
+    """(rank, step, seq) -> (payload bytes, gathered bytes, each round's tensors) of the latest run, and the median bytes
     a node sent on its interface per step after DDP's first two (the kernel's counters)."""
     conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
     try:
         run_id = conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()[0]
-        payloads = {(r, s, q): (p, g) for r, s, q, p, g in conn.execute(
-            "SELECT rank, step, seq, payload_bytes, gather_bytes FROM exchanges WHERE run_id=?", (run_id,))}
+        payloads = {(r, s, q): (p, g, d) for r, s, q, p, g, d in conn.execute(
+            "SELECT rank, step, seq, payload_bytes, gather_bytes, payloads FROM exchanges WHERE run_id=?", (run_id,))}
         sent = [t for (t,) in conn.execute("SELECT tx_bytes FROM steps WHERE run_id=? AND step>=2", (run_id,))]
         return payloads, statistics.median(sent)
     finally:
