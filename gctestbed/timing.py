@@ -30,18 +30,20 @@ class Waiter:
         self.spin = spin
         self._work = None
 
-    def until(self, deadline: float) -> None:
+    def until(self, deadline: float) -> float:
+        """Wait until ``deadline``; how far past it the call came (0.0 when it waited)."""
         left = deadline - now()
         if left <= 0:
-            return
+            return -left
         if not self.spin:
             time.sleep(left)
-            return
+            return 0.0
         import torch
         if self._work is None:
             self._work = torch.rand(64, 64)
         while now() < deadline:
             torch.mm(self._work, self._work)
+        return 0.0
 
     def wait(self, seconds: float) -> None:
         self.until(now() + seconds)

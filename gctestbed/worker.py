@@ -136,6 +136,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         sync()
         optim_s = laps.lap()
         stats = comm.take_step_stats()
+        if work.step_stats:              # what the workload measured of its own step (a replay: how late)
+            stats.update(work.step_stats())
         if averaging is not None:        # local SGD, DiLoCo: the model averaged now and then
             for key, value in averaging.after_step(step).items():
                 stats[key] = stats.get(key, 0) + value

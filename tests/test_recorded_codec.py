@@ -65,3 +65,24 @@ def test_gathered_decode_grows_with_the_peers_and_a_summed_one_does_not():
     rec = _record(decode_s=0.01, rounds=2)
     assert codec.decode_seconds(rec, gathered=False, world=8) == 2.0 * 0.01 / 2
     assert codec.decode_seconds(rec, gathered=True, world=8) == 2.0 * 0.01 / 2 * 8 / 2
+
+
+def test_a_replay_says_how_far_behind_its_trace_the_host_handed_gradients_over():
+    """Held against the wall clock around backward: a replay asked to hand its gradient over 100 ms
+    into the step waits (0 late, backward at least that long); one whose moment passed before
+    backward began (the host busy 80 ms before it) reports lateness within the time it lost.
+    Planted: a waiter that reports no lateness -> the late case reads 0."""
+    from gctestbed.workloads.replay import ReplayModel
+    params = [("module.w", [4])]
+    model = ReplayModel(params, [{"module.w": 0.1}] * 2, {"module.w": 0}, "sleep", 1.0, seed=0)
+    t = time.perf_counter()
+    model(torch.zeros(1)).sum().backward()
+    assert time.perf_counter() - t >= 0.1 and model.step_stats()["behind_s"] == 0.0
+    model._state.ready[1] = {"module.w": 0.02}
+    t = time.perf_counter()
+    out = model(torch.zeros(1))
+    time.sleep(0.08)                             # the host busy past the recorded moment
+    out.sum().backward()
+    lost = time.perf_counter() - t - 0.02
+    behind = model.step_stats()["behind_s"]
+    assert 0.05 <= behind <= lost, (behind, lost)

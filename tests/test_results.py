@@ -100,3 +100,17 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     other = results.connect(str(tmp_path / "other"))
     assert results.copy_run(rec.conn, other, "r1")
     assert results.exchanges_of(other, "r1") == new
+
+
+@pytest.mark.parametrize("late, flagged", [(0.005, True), (0.001, False), (None, None)])
+def test_a_replay_that_fell_behind_its_trace_is_called_host_bound(tmp_path, late, flagged):
+    """Worked by hand: steps of 0.1 s (the slowest rank's), one rank 5 ms late a step -> 5 % of
+    the step, over the 2 % share: host-bound; 1 ms (1 %) is not; a real rank's None is no figure."""
+    import dataclasses
+    rec = results.Recorder(str(tmp_path), "r1")
+    rec.start_run(dataclasses.replace(_spec(), workload="replay", workload_options={"trace": "/t.json", "compute": "sleep"}), {})
+    for step in range(3):
+        rec.step(0, step, step_s=0.1, behind_s=late)
+        rec.step(1, step, step_s=0.09, behind_s=None if late is None else late / 5)
+    s = results.summarize(rec.conn, results.find_run(rec.conn, "r1"))
+    assert (s.median_behind_s, s.host_behind) == (late, flagged)

@@ -184,6 +184,9 @@ def print_summary(s: results.RunSummary) -> None:
         (f"buckets exchanged per step ({s.per_step_stat})", fmt(s.buckets_per_step, digits=3)),
         ("all-reduce bus bandwidth", fmt(s.busbw_bps, " Mbit/s", 1e6)
          + (f"  ({s.busbw_fraction_of_link:.1%} of link)" if s.busbw_fraction_of_link else "")),
+        *([("replay behind its trace", fmt(s.median_behind_s, " s") + (
+            "  (HOST-BOUND: this host, not the link, set these step times)" if s.host_behind else ""))]
+          if s.median_behind_s is not None else []),
         ("final loss", fmt(s.final_loss, digits=5)),
         ("replicas bit-identical", {True: "yes", False: "NO", None: "-"}[s.params_identical]),
     ]

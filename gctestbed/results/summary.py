@@ -138,6 +138,10 @@ class RunSummary:
     servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
+    # a replay: the median over steps of the latest lateness of any rank's hand-over past its recorded
+    # moment, and whether that is over BEHIND_SHARE of the step (the host, not the link, set the time)
+    median_behind_s: float | None = None
+    host_behind: bool | None = None
     cpu: dict[str, Any] | None = None        # each node's CPU time against wall time, the cap, contention (see _cpu)
     phases: dict[str, Any] | None = None     # where the run's wall time went, and its fixed cost (see _phases)
     per_step_stat: str = "median"            # what the bytes, calls and buckets per step are: "median" over
@@ -258,6 +262,11 @@ def _phases(env: dict, rows: list) -> dict[str, Any] | None:
     return {**phases, "total_s": total, "steps_s": steps, "fixed_s": total - steps - phases.get("calibrate_s", 0.0)}
 
 
+# a replay whose median step handed a gradient over later than this share of the step behind its
+# recorded moment measured the host, not the recording: its step times say so (docs/replay.md)
+BEHIND_SHARE = 0.02
+
+
 def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     """The figures of one run, from its stored rows only.
 
@@ -295,7 +304,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     per_step_stat, window = ("median", per_step) if every else \
         ("mean", _whole_periods(per_step) if spec.comm in LOCAL_COMMS else per_step)
     stat = _median if every else _mean
+    behind = _median(max((r["behind_s"] for r in rs if r["behind_s"] is not None), default=None)
+                     for rs in per_step) if spec.workload == "replay" else None    # a mixed run's real ranks have none
     return RunSummary(
+        median_behind_s=behind, host_behind=behind > BEHIND_SHARE * step_s if behind is not None and step_s else None,
         comm=spec.comm, comm_options=spec.comm_options, servers=servers,
         median_push_s=_median(r["push_s"] for rs in per_step for r in rs if r["push_s"] is not None),
         median_pull_s=_median(r["pull_s"] for rs in per_step for r in rs if r["pull_s"] is not None),

@@ -36,6 +36,8 @@ class Workload:
     # a replay's recorded codec (workloads/replay.py, codec=recorded): compress.recorded.RecordedCodec's
     # arguments beside the method, which the worker then stands in for the method's own payloads
     codec: dict[str, Any] | None = None
+    # figures of the step the workload measures itself, for the step's row (a replay: behind_s)
+    step_stats: Callable[[], dict[str, float]] | None = None
 
 
 _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),

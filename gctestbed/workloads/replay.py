@@ -94,7 +94,8 @@ class _Release(torch.autograd.Function):
         ready = r.ready[r.step].get(name, 0.0)
         # aim the moment the gradient lands (DDP's hook follows it) at the recorded one: hand it over
         # earlier by what landing took this host last step (accumulating it into its bucket)
-        r.wait.until(r.step_start + r.scale * ready - r.lag.get(ready, 0.0))
+        late = r.wait.until(r.step_start + r.scale * ready - r.lag.get(ready, 0.0))
+        r.behind = max(r.behind, late)
         r.released.setdefault(ready, time.perf_counter())
         return grad, r.grads[name], None, None
 
@@ -110,6 +111,7 @@ class _State:
     wait: Waiter
     step: int = -1
     step_start: float = 0.0
+    behind: float = 0.0                     # this step: the latest hand-over's lateness past its recorded moment
     # a bucket's parameters share its ready time: per ready time, when backward handed over the first
     # of them this step; per parameter, how long after that it had landed (accumulated), last step
     released: dict[float, float] = field(default_factory=dict)
@@ -143,12 +145,17 @@ class ReplayModel(torch.nn.Module):
         if r.step > 0 and ready in r.released:    # step 0: one bucket of everything, no measure of a later one
             r.landed[name] = time.perf_counter() - r.released[ready]
 
+    def step_stats(self) -> dict[str, float]:
+        """For the step's row: how far behind the recorded times the host handed gradients over
+        (0.0: every one on time). A host that falls behind measures itself, not the recording."""
+        return {"behind_s": self._state.behind}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         r = self._state
         r.step += 1
         if r.step >= len(r.ready):
             raise RuntimeError(f"the trace holds {len(r.ready)} steps; this run asked for more")
-        r.step_start, r.released, r.lag = time.perf_counter(), {}, {}
+        r.step_start, r.released, r.lag, r.behind = time.perf_counter(), {}, {}, 0.0
         for name, took in r.landed.items():
             ready = r.ready[r.step].get(name, 0.0)
             r.lag[ready] = max(r.lag.get(ready, 0.0), took)
@@ -171,7 +178,7 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float | None]:
         return {"loss": None, "accuracy": None}
 
-    return model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o)
+    return model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats
 
 
 def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
