@@ -30,7 +30,7 @@ DEFAULTS: dict[str, str] = {
         ("batch_size", "batch_size"), ("lr", "lr"), ("seed", "seed"), ("bucket_cap_mb", "bucket_cap_mb"),
         ("timeout", "timeout_s"), ("results_dir", "results_dir"), ("kernels", "kernels"), ("mode", "mode"),
         ("launcher", "launcher"), ("backend", "backend"), ("device", "device"), ("optimizer", "optimizer"),
-        ("eval_every", "eval_every"), ("comm", "comm"), ("cpus_per_node", "cpus_per_node"))},
+        ("eval_every", "eval_every"), ("comm", "comm"), ("cpus_per_node", "cpus_per_node"), ("dilate", "dilate"))},
 }
 
 
@@ -43,7 +43,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                mode=DEFAULTS["mode"], command=(), launcher=DEFAULTS["launcher"], faults=(),
                backend=DEFAULTS["backend"], device=DEFAULTS["device"], optimizer=DEFAULTS["optimizer"],
                eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], cpus_per_node=DEFAULTS["cpus_per_node"],
-               run_id="", replay=None) -> RunSpec:
+               dilate=DEFAULTS["dilate"], run_id="", replay=None) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
     if replay:
         if command or workload != DEFAULTS["workload"]:
@@ -88,7 +88,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                    timeout_s=parse_duration(timeout, "--timeout"), results_dir=results_dir, kernels=kernels,
                    mode=mode, command=list(command), launcher=launcher, faults=[parse_fault(f) for f in faults],
                    backend=backend, device=device, comm=comm_name, comm_options=comm_options,
-                   cpus_per_node=_float("--cpus-per-node", cpus_per_node), run_id=run_id)
+                   cpus_per_node=_float("--cpus-per-node", cpus_per_node), run_id=run_id,
+                   dilate=_dilation(dilate, workload, wl_name, wl_options))
     spec.validate()
     return spec
 
@@ -154,6 +155,15 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
     if _float("--bucket-cap-mb", bucket_cap_mb) != cap:
         raise SpecError(f"the trace's DDP used --bucket-cap-mb {cap:g}: a replay must form the same buckets.")
     return bucket_cap_mb, batch_size
+
+
+def _dilation(dilate, workload: str, name: str, options: dict) -> float:
+    """--dilate K as a number; a replay's compute stretched by the same K (its scale option set
+    to K where it was not typed; a typed scale must be K: RunSpec.validate says so)."""
+    k = _float("--dilate", dilate)
+    if name == "replay" and "scale" not in parse_choice(workload, "workload")[1]:
+        options["scale"] = k
+    return k
 
 
 def resolve_workload(text: str) -> tuple[str, dict]:

@@ -238,6 +238,11 @@ class Direction:
     jitter_s: float = 0.0
     loss_pct: float = 0.0
 
+    def dilated(self, k: float) -> "Direction":
+        """This direction on a host K times slower (time dilation): its rate / K, its delay and
+        jitter x K, its loss as it is. The one place rates and delays are dilated."""
+        return Direction(max(1, round(self.rate_bps / k)), self.delay_s * k, self.jitter_s * k, self.loss_pct)
+
 
 @dataclass
 class Hop:
@@ -308,6 +313,13 @@ class TopologySpec:
             LinkSpec(bw_bps=d.rate_bps, latency_s=d.delay_s, jitter_s=d.jitter_s, loss_pct=d.loss_pct).validate()
         for i in range(1, len(self.nodes)):
             self._switch_route(self.nodes[0].switch, self.nodes[i].switch)
+
+    def dilated(self, k: float) -> "TopologySpec":
+        """The same switches and cables with every direction dilated by ``k`` (Direction.dilated)."""
+        def hop(h: Hop) -> Hop:
+            return Hop(ab=h.ab.dilated(k), ba=h.ba.dilated(k))
+        return TopologySpec(name=self.name, nodes=[NodeAttach(n.switch, hop(n.hop)) for n in self.nodes],
+                            trunks=[Trunk(t.a, t.b, hop(t.hop)) for t in self.trunks])
 
     @classmethod
     def star(cls, nodes: int, link: LinkSpec) -> "TopologySpec":
@@ -438,6 +450,9 @@ class RunSpec:
     command: list[str] = field(default_factory=list)   # pass-through: the user's own program instead of our worker
     faults: list[FaultSpec] = field(default_factory=list)
     cpus_per_node: float = 0.0               # each node held to this many CPUs (cgroups); 0: no cap, nodes share the host
+    # time dilation (--dilate K): links shaped at rate / K with delays x K (shaped()), a replay's compute x K,
+    # and every time the run reports / K (results.summary); link and topology keep the emulated figures
+    dilate: float = 1.0
     run_id: str = ""
 
     @classmethod
@@ -468,9 +483,14 @@ class RunSpec:
         return f"server {rank - self.nodes}" if rank >= self.nodes else f"node {rank}"
 
     def network(self) -> TopologySpec:
-        """The topology this run builds: the given one, or a star of every node (workers and
-        servers alike) on ``link``."""
+        """The topology this run emulates: the given one, or a star of every node (workers and
+        servers alike) on ``link``, in the figures typed (emulated units)."""
         return self.topology or TopologySpec.star(self.world, self.link)
+
+    def shaped(self) -> TopologySpec:
+        """The topology as this host shapes it: ``network()`` dilated by ``dilate`` (rates / K,
+        delays x K). Everything that builds, re-shapes or calibrates links takes this one."""
+        return self.network() if self.dilate == 1 else self.network().dilated(self.dilate)
 
     def validate(self) -> None:
         if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -522,6 +542,17 @@ class RunSpec:
                 and (self.cpus_per_node == 0 or 0.01 <= self.cpus_per_node <= 1024)):
             raise SpecError(f"--cpus-per-node must be a number of CPUs from 0.01 to 1024 (0: no cap), "
                             f"got {self.cpus_per_node!r}.")
+        if not (isinstance(self.dilate, (int, float)) and math.isfinite(self.dilate) and 1 <= self.dilate <= 1000):
+            raise SpecError(f"--dilate must be a number from 1 (no dilation) to 1000, got {self.dilate!r}.")
+        if self.dilate != 1:
+            if self.workload != "replay":
+                raise SpecError(f"--dilate {self.dilate:g} stretches a replay's recorded compute: a real model's compute "
+                                "cannot be dilated, so use it with --workload replay:trace=FILE.")
+            if self.workload_options.get("scale") != self.dilate:
+                raise SpecError(f"--dilate {self.dilate:g} replays the trace's compute {self.dilate:g} times slower: "
+                                f"leave the replay's scale out, or set scale={self.dilate:g}.")
+            if self.faults:
+                raise SpecError("--fault times are not dilated yet: run faults without --dilate.")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -70,6 +70,7 @@ class Grid:
     launcher: str = flags.DEFAULTS["launcher"]
     device: str = flags.DEFAULTS["device"]         # cuda: one GPU per node, NCCL (the backend follows)
     cpus_per_node: str = flags.DEFAULTS["cpus_per_node"]   # every cell's nodes held to this many CPUs
+    dilate: str = flags.DEFAULTS["dilate"]                 # every cell's time dilation (a replay's)
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     # keep each network (re-shaped in place) for the cells that fit it and fork every worker from one
     # fork server; False: every cell builds its own and starts fresh interpreters, as a lone run does
@@ -84,7 +85,7 @@ class Grid:
         shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep", "partition", "dev")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
-        for key in ("eval_every", "device", "cpus_per_node"):       # added later: at their defaults, names stay as they were
+        for key in ("eval_every", "device", "cpus_per_node", "dilate"):       # added later: at their defaults, names stay as they were
             if shared[key] == flags.DEFAULTS[key]:
                 del shared[key]
         return "sweep-" + hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
@@ -126,6 +127,9 @@ def plan(grid: Grid) -> list[Cell]:
     if grid.launcher == "slurm" and flags.build_spec(cpus_per_node=grid.cpus_per_node).cpus_per_node:
         raise SpecError("--cpus-per-node shares one host's cores among its nodes; with --launcher slurm every node is "
                         "a host of its own: leave it out.")
+    if grid.launcher == "slurm" and str(grid.dilate).strip() not in ("1", "1.0"):
+        raise SpecError("--dilate shapes links on this host's network; with --launcher slurm each host shapes its own "
+                        "NIC undilated: leave it out.")
     axes = {**{k: [v] for k, v in OPTIONAL_AXES.items()}, **grid.axes}
     for axis in AXES:
         if not axes.get(axis):
@@ -148,7 +152,7 @@ def plan(grid: Grid) -> list[Cell]:
                                     kernels=grid.kernels, mode=params["mode"],
                                     launcher="netns" if grid.launcher == "slurm" else grid.launcher,   # as 'node' has it
                                     device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
-                                    cpus_per_node=grid.cpus_per_node)
+                                    cpus_per_node=grid.cpus_per_node, dilate=grid.dilate)
             cells.append(Cell(params, repeat, spec))
     return cells
 

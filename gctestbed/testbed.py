@@ -105,10 +105,10 @@ def calibrate(name: str | None, spec: RunSpec | None, seconds: float, tool: str,
     if name:
         state = ledger.find(name)
         cluster_id = state.run_id
-        topo = RunSpec.from_json(state.meta["spec"]).network()
+        topo = RunSpec.from_json(state.meta["spec"]).shaped()
         paths = calibration.calibrate(topo, [namespaces_node(n) for n in state.meta["nodes"]], seconds=seconds, tool=tool)
     else:
-        topo = spec.network()
+        topo = spec.shaped()
         with scratch(topo, spec.latency_impl) as net:
             cluster_id = net.prefix.removeprefix("gct-")
             paths = calibration.calibrate(topo, net.nodes, seconds=seconds, tool=tool)

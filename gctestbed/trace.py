@@ -36,6 +36,9 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
     spec = RunSpec.from_json(run["spec"])
+    if spec.dilate != 1:
+        raise UserError(f"run {run['run_id']} was dilated x{spec.dilate:g}, so its recorded times are not its compute's: "
+                        "trace the run whose compute it replayed.")
     env = json.loads(run["environment"] or "{}")
     exchanges = results.exchanges_of(conn, run["run_id"])
     if not exchanges:

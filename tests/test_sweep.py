@@ -129,7 +129,7 @@ def test_the_optimizer_is_an_axis_that_leaves_older_grids_names_and_cells_as_the
     old = _grid(tmp_path)
     assert old.default_name() == "sweep-" + __import__("hashlib").sha256(json.dumps(
         {k: v for k, v in __import__("dataclasses").asdict(old).items()
-         if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "eval_every", "device", "cpus_per_node", "keep",
+         if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "eval_every", "device", "cpus_per_node", "dilate", "keep",
                       "partition", "dev")},
         sort_keys=True).encode()).hexdigest()[:10]                  # the rule names were made by before the axis
     assert _grid(tmp_path, optimizer=["sgd"]).default_name() == old.default_name()

@@ -67,6 +67,7 @@ class Row:
     pull_rx_bytes: float | None = None
     averaged_share: float | None = None     # local SGD, DiLoCo: the share of steps that averaged (step_s,
                                             # expected_tx_bytes and reduce_calls are then means over periods)
+    dilate: float = 1.0                     # --dilate K: every time here is already in emulated units (host / K)
 
     @property
     def group(self) -> tuple:
@@ -100,6 +101,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         if s.median_step_s is None or spec.command:
             continue
         losses, wall = results.curve(conn, run_id)
+        wall = [results.emulated_s(spec, w) for w in wall]         # a dilated run's in emulated seconds, as s's
         mean = s.amortised or {}
         busiest = {f: max((v[f"median_{f}"] or 0 for v in s.servers), default=None) for f in ("push_bytes", "pull_bytes", "sum_s")}
         rows.append(Row(
@@ -119,11 +121,11 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             optimizer=params.get("optimizer", spec.optimizer) if params else spec.optimizer,
             eval_accuracy=s.eval_accuracy, eval_loss=s.eval_loss, eval_samples=s.eval_samples,
             wire_bytes=s.wire_bytes_per_step, evals=results.evaluations(conn, run_id),
-            step_times=_step_times(wall), phases=results.phases(conn, run_id),
+            step_times=_step_times(wall), phases=results.emulated(spec, results.phases(conn, run_id)),
             comm=spec.comm, servers=spec.servers, server_push_bytes=busiest["push_bytes"],
             server_pull_bytes=busiest["pull_bytes"], server_sum_s=busiest["sum_s"],
             pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
-            averaged_share=mean.get("averaged_share")))
+            averaged_share=mean.get("averaged_share"), dilate=spec.dilate))
     conn.close()
     return rows
 

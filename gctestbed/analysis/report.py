@@ -26,12 +26,18 @@ PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
-              "busbw_fraction", "final_loss")
+              "busbw_fraction", "final_loss", "dilate")
 
 
 def fmt_bw(bps: float | None) -> str:
     """Three significant digits in tc's units: 4.63gbit."""
     return "-" if bps is None else format_rate(float(f"{bps:.3g}"))
+
+
+def dilated_label(dilated: dict[str, int]) -> str:
+    """What the report says of its dilated cells (--dilate K), whose times and rates are emulated."""
+    return ("Dilated cells: " + ", ".join(f"{n} dilated x{k}" for k, n in dilated.items())
+            + "; their times and rates are in emulated units (host seconds / K), as every other cell's are in seconds.")
 
 
 def pct(x: float | None) -> str:
@@ -55,6 +61,7 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
     out = {
         "generated_at": time.time(),
         "cells": len(rows),
+        "dilated": {f"{k:g}": sum(r.dilate == k for r in rows) for k in sorted({r.dilate for r in rows} - {1.0})},
         "baseline": baseline,
         "time_to_accuracy": accuracy.table(rows, baseline, target_accuracy, target_loss),
         "groups": [{"label": cells.group_label(g), "key": list(g)} for g in groups],
@@ -153,6 +160,7 @@ def render_html(report: dict) -> str:
              f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>"
              + (f"<p><b>Replayed cells</b> (compute from a trace, everything on the wire real; docs/replay.md): "
                 f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed") else ""),
+             + (f"<p>{html.escape(dilated_label(report['dilated']))}</p>" if report.get("dilated") else ""),
              f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
              _table(["setting", "method", "break-even", "flags"],

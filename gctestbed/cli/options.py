@@ -95,3 +95,12 @@ def cpus_option(f):
     return click.option("--cpus-per-node", default=flags.DEFAULTS["cpus_per_node"], show_default=True, metavar="X",
                         help="Hold every node to X CPUs (e.g. 0.5) with a cgroup each, so nodes that outnumber cores "
                              "share them equally and step times do not depend on the scheduler; 0: no cap.")(f)
+
+
+def dilate_option(f):
+    """--dilate, shared by run and sweep."""
+    return click.option("--dilate", default=flags.DEFAULTS["dilate"], show_default=True, metavar="K",
+                        help="Time dilation for a replay (--workload replay:trace=FILE): links shaped at their rate / K "
+                             "with delays x K, the trace's compute x K, and every time and rate the run reports in "
+                             "emulated units (times / K, rates x K), so this host emulates links K times faster than "
+                             "it can drive. See docs/replay.md.")(f)

@@ -175,6 +175,9 @@ def print_summary(s: results.RunSummary) -> None:
         ("link", f"topology {s.topology} (see its calibration)" if s.topology
          else f"{format_rate(s.bw_bps)}, latency {format_duration(s.latency_s)}"),
         ("steps recorded", f"{s.steps_recorded} / {s.steps}"),
+        *([("time dilation", f"dilated x{s.dilate:g}: links shaped at rate / {s.dilate:g} with delays x {s.dilate:g}; "
+                             "times and rates below in emulated units (the store keeps host seconds)")]
+          if s.dilate != 1 else []),
         ("median step", fmt(s.median_step_s, " s")),
         ("  compute (fwd+bwd, incl. waiting on comm)", fmt(s.median_compute_s, " s")),
         ("  communication span", fmt(s.median_comm_s, " s")),
@@ -216,14 +219,16 @@ def print_summary(s: results.RunSummary) -> None:
                      f"{c['steps_judged'][-1]}): {verdict}" if c["steps_judged"] else f"no step judged: {verdict}"))
     if s.latency_impl not in (None, "none"):
         rows.append(("delay made by", s.latency_impl))
+    if s.host_bound:
+        rows.append(("HOST-BOUND", s.host_bound_reason))
     rows += _cpu_rows(s.cpu)
     if s.phases:
         p = s.phases
-        rows.append(("wall time", f"{p['total_s']:.1f} s: steps {p['steps_s']:.1f} s, calibration "
+        rows.append(("wall time" + (" on this host (not dilated)" if s.dilate != 1 else ""), f"{p['total_s']:.1f} s: steps {p['steps_s']:.1f} s, calibration "
                                   f"{p.get('calibrate_s', 0.0):.1f} s, fixed cost {p['fixed_s']:.1f} s (network "
                                   f"{p['build_s']:.1f} s + {p['teardown_s']:.1f} s down, nodes start and stop)"))
     for c in s.calibration:
-        rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})",
+        rows.append((f"calibration {c['src']} -> {c['dst']} ({c['tool']})" + (", as shaped" if s.dilate != 1 else ""),
                      f"{fmt(c['wire_bps'], ' Mbit/s', 1e6)} of {c['target_bps'] / 1e6:g}, RTT {fmt(c['rtt_idle_s'], ' ms', 1e-3)}"
                      f" idle / {fmt(c['rtt_loaded_s'], ' ms', 1e-3)} loaded" + ("  MISSED" if c["miss"] else "")))
     for f in s.faults:
@@ -277,6 +282,8 @@ def print_report(r: dict) -> None:
     for b in r["break_even"]:
         table.add_row(b["group"], b["compressor"], b["text"], "; ".join(b["flags"]) or "-")
     terminal.print(table)
+    if r.get("dilated"):
+        terminal.print(report_.dilated_label(r["dilated"]))
     for t in r["time_to_accuracy"]:
         target = (f"accuracy {t['target_accuracy']:.3f}" if t["target_accuracy"] is not None else f"loss {t['target_loss']:.4g}")
         terminal.print(f"time to {target}, {t['group']}: " + ", ".join(

@@ -17,7 +17,7 @@ from .. import verify as verify_
 from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, format_duration, format_rate, parse_rate
 
 from . import console, main
-from .options import calibration_options, cpus_option, network_options, training_options
+from .options import calibration_options, cpus_option, dilate_option, network_options, training_options
 from .render import bench_report, compressors_table, print_report, print_summary, verify_table
 
 
@@ -37,10 +37,11 @@ from .render import bench_report, compressors_table, print_report, print_summary
               help="Replay a trace ('gctestbed trace record') instead of running a model: its compute (and with codec=recorded "
                    "its payloads) replayed, everything on the wire real. TRACE[,compute=sleep|spin][,codec=real|recorded]"
                    "[,scale=K]; the workload replay:trace=TRACE,... (docs/replay.md).")
+@dilate_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
         kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
-        timeout, faults, cpus_per_node, results_dir, command, replay):
+        timeout, faults, cpus_per_node, dilate, results_dir, command, replay):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -53,17 +54,18 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             comm=comm, eval_every=eval_every, seed=seed,
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay)
+                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
-                  f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}")
+                  f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
+                  + (f", dilated x{spec.dilate:g}" if spec.dilate != 1 else ""))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
         task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
 
         def progress(done: int, total: int, row: dict) -> None:
             loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
-            bar.update(task, completed=done, info=f"{loss_text}step {row['step_s']:.3f}s")
+            bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
         try:
             summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
@@ -125,13 +127,14 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
               help="Build every cell's network and start its nodes from scratch, as a lone run does (default: cells "
                    "that fit keep the network, re-shaped, and fork workers from each node's pre-imported server).")
 @cpus_option
+@dilate_option
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition, dev, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
-          fresh_nodes, cpus_per_node, results_dir, replay, **axes):
+          fresh_nodes, cpus_per_node, dilate, results_dir, replay, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
-                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), results_dir=results_dir, keep=not fresh_nodes,
+                  accept_miss=accept_miss, cpus_per_node=str(cpus_per_node), dilate=str(dilate), results_dir=results_dir, keep=not fresh_nodes,
                   partition=partition, dev=dev)
     grid = sweep_.from_preset(preset, **shared) if preset else sweep_.Grid(
         axes={axis: [flags.DEFAULTS[axis]] for axis in sweep_.AXES}, **shared)

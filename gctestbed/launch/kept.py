@@ -61,7 +61,7 @@ class KeptNetwork:
         return old is not None and self.takes(spec) and \
             (old.world, old.nodes, old.cpus_per_node, old.latency_impl, old.seed) == \
             (spec.world, spec.nodes, spec.cpus_per_node, spec.latency_impl, spec.seed) and \
-            topology.fits(self.cluster.network, spec.network(), spec.latency_impl)
+            topology.fits(self.cluster.network, spec.shaped(), spec.latency_impl)
 
     def lend(self, spec: RunSpec, state: RunState) -> "Lent":
         """The launcher of one cell (``state``: the cell's own ledger) on this network."""
@@ -72,7 +72,7 @@ class KeptNetwork:
         reshaped = False
         if self.fits(spec):
             try:
-                topology.reshape(self.cluster.network, spec.network(), spec.seed)
+                topology.reshape(self.cluster.network, spec.shaped(), spec.seed)
                 self.cluster.spec = self.cluster.shaped.spec = spec
                 reshaped = True
             except (OSError, RuntimeError, NetlinkError):   # the cell before broke it (a dead delay line): build anew

@@ -23,12 +23,12 @@ class Shaped:
     def build(self, adopt: dict[int, int] | None = None) -> list[Node]:
         """The run's topology, shaped; ``adopt``: ranks whose namespace is an existing process's."""
         lossy = frozenset(f.node for f in self.spec.faults if f.kind == "loss")
-        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.network(),
+        self.network = topology.build(f"gct-{self.state.run_id}", self.state.subnet, self.spec.shaped(),
                                       self.spec.latency_impl, self.spec.seed, self.state.add, adopt=adopt, lossy=lossy)
         return [Node(rank=p.rank, name=p.netns, address=p.address) for p in self.network.nodes]
 
     def calibrate(self) -> list[calibrate.PathResult]:
-        return calibrate.calibrate(self.spec.network(), self.network.nodes)
+        return calibrate.calibrate(self.spec.shaped(), self.network.nodes)
 
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
         faults.apply(self.network, rank, kind, active, pct)

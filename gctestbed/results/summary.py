@@ -64,6 +64,32 @@ def fault_effect(spec: RunSpec, fault: sqlite3.Row, steps: dict[int, list[sqlite
     return out
 
 
+# The durations a step row holds. A dilated run (--dilate K) stores them as the host measured them
+# (host seconds, K times the emulated ones); every figure is computed from ``emulated`` rows.
+STEP_TIMES = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "push_s", "pull_s", "sync_s",
+              "behind_s")
+
+# A node counts as saturated when its CPU time over its wall time reaches this share of the CPUs it
+# had (its --cpus-per-node cap), or the nodes together this share of the host's cores: the host,
+# not the link, then bounds what the run measured (see _host_bound).
+HOST_BOUND_SHARE = 0.9
+
+
+def emulated(spec: RunSpec, rows: Iterable) -> list:
+    """Step rows (or any rows with some of STEP_TIMES) in the run's emulated units: every duration /
+    ``spec.dilate``; bytes, counts, loss and the clock ``t`` as stored. The one place a dilated
+    run's times are converted (the store keeps host seconds); an undilated run's rows come back as
+    they are."""
+    if spec.dilate == 1:
+        return list(rows)
+    return [{**dict(r), **{f: emulated_s(spec, r[f]) for f in STEP_TIMES if f in r.keys()}} for r in rows]
+
+
+def emulated_s(spec: RunSpec, seconds: float | None) -> float | None:
+    """One duration the run measured on this host, in its emulated units (host seconds / dilate)."""
+    return None if seconds is None else seconds / spec.dilate
+
+
 def _median(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
@@ -136,6 +162,9 @@ class RunSummary:
     median_pull_s: float | None = None
     median_sync_s: float | None = None       # local SGD, DiLoCo: averaging time, over the steps that averaged
     servers: list[dict[str, Any]] = field(default_factory=list)   # each server's per-step figures
+    dilate: float = 1.0                      # --dilate K: every time above is host seconds / K, every rate x K
+    host_bound: bool | None = None           # whether the nodes' CPUs were near saturation (see _host_bound;
+    host_bound_reason: str | None = None     # None: no CPU figures stored), and why
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
     # a replay: the median over steps of the latest lateness of any rank's hand-over past its recorded
@@ -166,7 +195,8 @@ def _servers(conn: sqlite3.Connection, run_id: str, spec: RunSpec, measured: lis
         rows = store.server_steps_of(conn, run_id, spec.nodes + k)
         picked = [r for r in rows if r["step"] in measured] or rows
         out.append({"server": k, "rank": spec.nodes + k, "steps": len(rows),
-                    **{f"median_{f}": _median(r[f] for r in picked) for f in store.SERVER_STEP_FIELDS},
+                    **{f"median_{f}": _median(emulated_s(spec, r[f]) if f.endswith("_s") else r[f] for r in picked)
+                       for f in store.SERVER_STEP_FIELDS},
                     "total_push_bytes": sum(r["push_bytes"] for r in rows), "total_pull_bytes": sum(r["pull_bytes"] for r in rows),
                     "total_tx_bytes": sum(r["tx_bytes"] or 0 for r in rows), "total_rx_bytes": sum(r["rx_bytes"] or 0 for r in rows)})
     return out
@@ -247,6 +277,33 @@ def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
             "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
 
 
+def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
+    """Whether this host's CPUs, not the shaped links, bounded the run: a node whose CPU time over
+    its wall time reached HOST_BOUND_SHARE of its --cpus-per-node cap, or nodes that together
+    reached that share of the host's cores. The shares are over each node's whole life (start-up
+    included, which runs at about one CPU), so a short run reads high rather than low. None when
+    no node stored its CPU time."""
+    shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
+    if not shares:
+        return None, None
+    reasons = []
+    if cpu["cpus_per_node"]:
+        cap = cpu["cpus_per_node"]
+        kernel = cpu.get("cgroups") or {}
+        for rank, share in shares:
+            if share >= HOST_BOUND_SHARE * cap:
+                k = kernel.get(str(rank))
+                throttled = f", throttled in {k['throttled_periods']} of {k['periods']} periods" if k and k["periods"] else ""
+                reasons.append(f"node {rank} used {share:.2f} of its {cap:g} CPUs{throttled}")
+    total, cores = sum(share for _, share in shares), cpu["host_cpus"]
+    if cores and total >= HOST_BOUND_SHARE * cores:
+        reasons.append(f"the nodes together used {total:.2f} of the host's {cores} cores")
+    if not reasons:
+        return False, None
+    return True, ("; ".join(reasons) + f" (at least {HOST_BOUND_SHARE:.0%}): the host's CPU, not the link, "
+                  "may have set the step time")
+
+
 def _phases(env: dict, rows: list) -> dict[str, Any] | None:
     """The seconds each phase of the run took as its runner timed them (building the network,
     calibrating, the nodes from start to exit, teardown), rank 0's steps summed (``steps_s``),
@@ -278,7 +335,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     ring all-reduce of the payload, 2(n-1)/n of it, over the measured communication time.
     """
     spec = RunSpec.from_json(run["spec"])
-    rows = store.step_rows(conn, run["run_id"])
+    host_rows = store.step_rows(conn, run["run_id"])
+    rows = emulated(spec, host_rows)
     done = {}
     for r in rows:
         done.setdefault(r["step"], []).append(r)
@@ -304,9 +362,12 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     per_step_stat, window = ("median", per_step) if every else \
         ("mean", _whole_periods(per_step) if spec.comm in LOCAL_COMMS else per_step)
     stat = _median if every else _mean
+    cpu = _cpu(spec, nodes, env)
+    host_bound, host_bound_reason = _host_bound(cpu)
     behind = _median(max((r["behind_s"] for r in rs if r["behind_s"] is not None), default=None)
                      for rs in per_step) if spec.workload == "replay" else None    # a mixed run's real ranks have none
     return RunSummary(
+        dilate=spec.dilate, host_bound=host_bound, host_bound_reason=host_bound_reason,
         median_behind_s=behind, host_behind=behind > BEHIND_SHARE * step_s if behind is not None and step_s else None,
         comm=spec.comm, comm_options=spec.comm_options, servers=servers,
         median_push_s=_median(r["push_s"] for rs in per_step for r in rs if r["push_s"] is not None),
@@ -314,8 +375,8 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
-        cpu=_cpu(spec, nodes, env),
-        phases=_phases(env, rows),
+        cpu=cpu,
+        phases=_phases(env, host_rows),           # the runner's wall time on this host: host seconds
         counters_error=env.get("counters_error"),
         run_id=run["run_id"],
         status=run["status"],
