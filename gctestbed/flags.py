@@ -147,7 +147,7 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
             raise SpecError(f"real={options['real']} asks for more real ranks than --nodes {nodes}.")
         if str(batch_size) != str(DEFAULTS["batch_size"]) and _int("--batch-size", batch_size) != job["batch_size"]:
             raise SpecError(f"a mixed run's real ranks train the recorded job: use its --batch-size {job['batch_size']}.")
-    if str(batch_size) == str(DEFAULTS["batch_size"]):
+    if str(batch_size) == str(DEFAULTS["batch_size"]) and trace["job"].get("batch_size"):
         batch_size = str(trace["job"]["batch_size"])      # the batch whose compute is replayed
     cap = trace["job"]["bucket_cap_mb"]
     if str(bucket_cap_mb) == str(DEFAULTS["bucket_cap_mb"]):
