@@ -138,6 +138,9 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
     if comm != "allreduce" or microbatches > 1:
         raise SpecError("replay runs over the ring (--comm allreduce) with a method of one backward per step, for now.")
+    if options["real"] and options["codec"] == "recorded":
+        raise SpecError("a mixed run's real ranks run the method for real, so the replaying ranks must too: "
+                        "leave out codec=recorded when real=N.")
     if options["real"]:
         job = trace["job"]
         if job["workload"] not in workloads.names() or job["workload"] == "replay":

@@ -548,6 +548,10 @@ class RunSpec:
             if self.workload != "replay":
                 raise SpecError(f"--dilate {self.dilate:g} stretches a replay's recorded compute: a real model's compute "
                                 "cannot be dilated, so use it with --workload replay:trace=FILE.")
+            if self.workload_options.get("codec", "real") == "real" and self.compressor != "none":
+                raise SpecError(f"under --dilate the method's own encoding runs at this host's speed and would be "
+                                f"reported {self.dilate:g} times faster than it ran: replay {self.compressor} with "
+                                "codec=recorded (a trace recorded with it).")
             if self.workload_options.get("scale") != self.dilate:
                 raise SpecError(f"--dilate {self.dilate:g} replays the trace's compute {self.dilate:g} times slower: "
                                 f"leave the replay's scale out, or set scale={self.dilate:g}.")

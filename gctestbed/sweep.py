@@ -85,6 +85,7 @@ class Grid:
         shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep", "partition", "dev")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
+        shared["dilate"] = f"{float(shared['dilate']):g}" if _number(shared["dilate"]) else shared["dilate"]
         for key in ("eval_every", "device", "cpus_per_node", "dilate"):       # added later: at their defaults, names stay as they were
             if shared[key] == flags.DEFAULTS[key]:
                 del shared[key]
@@ -104,6 +105,14 @@ class Cell:
     @property
     def link(self) -> tuple:
         return (self.spec.nodes, self.spec.link.bw_bps, self.spec.link.latency_s)
+
+
+def _number(text) -> bool:
+    try:
+        float(text)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _only_default(axis: str, values: list[str]) -> bool:
@@ -127,7 +136,7 @@ def plan(grid: Grid) -> list[Cell]:
     if grid.launcher == "slurm" and flags.build_spec(cpus_per_node=grid.cpus_per_node).cpus_per_node:
         raise SpecError("--cpus-per-node shares one host's cores among its nodes; with --launcher slurm every node is "
                         "a host of its own: leave it out.")
-    if grid.launcher == "slurm" and str(grid.dilate).strip() not in ("1", "1.0"):
+    if grid.launcher == "slurm" and not (_number(grid.dilate) and float(grid.dilate) == 1):
         raise SpecError("--dilate shapes links on this host's network; with --launcher slurm each host shapes its own "
                         "NIC undilated: leave it out.")
     axes = {**{k: [v] for k, v in OPTIONAL_AXES.items()}, **grid.axes}
@@ -153,6 +162,8 @@ def plan(grid: Grid) -> list[Cell]:
                                     launcher="netns" if grid.launcher == "slurm" else grid.launcher,   # as 'node' has it
                                     device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
                                     cpus_per_node=grid.cpus_per_node, dilate=grid.dilate)
+            if spec.workload == "replay" and spec.workload_options.get("codec") == "recorded":
+                params["compressor"] = spec.compressor    # the trace's method ran, whatever the axis said
             cells.append(Cell(params, repeat, spec))
     return cells
 

@@ -29,14 +29,15 @@ from .tracefile import FORMAT, VERSION
 STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
 
 
-def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> dict[str, Any]:
     """The trace of a finished run in ``conn``; a run that did not end well, or that exchanged no
-    bucket (a user's own command, local steps only), cannot be traced: one UserError."""
+    bucket (a user's own command, local steps only), cannot be traced: one UserError. A dilated run
+    only with ``host_time`` (its times are this host's, not its compute's: to look at, not to replay)."""
     run = results.find_run(conn, run_id)
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
     spec = RunSpec.from_json(run["spec"])
-    if spec.dilate != 1:
+    if spec.dilate != 1 and not host_time:
         raise UserError(f"run {run['run_id']} was dilated x{spec.dilate:g}, so its recorded times are not its compute's: "
                         "trace the run whose compute it replayed.")
     env = json.loads(run["environment"] or "{}")
@@ -73,7 +74,8 @@ def extract(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
                 "workload": spec.workload, "workload_options": spec.workload_options, "nodes": spec.nodes,
                 "batch_size": spec.batch_size, "bucket_cap_mb": spec.bucket_cap_mb, "mode": spec.mode,
                 "comm": spec.comm, "comm_options": spec.comm_options, "optimizer": spec.optimizer,
-                "bw_bps": spec.link.bw_bps, "latency_s": spec.link.latency_s, "steps": spec.steps},
+                "bw_bps": spec.link.bw_bps, "latency_s": spec.link.latency_s, "steps": spec.steps,
+                "dilate": spec.dilate},
         # DDP's first step sends the whole model as one bucket in the model's order (torch 2.13): its layout
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,

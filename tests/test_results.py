@@ -71,11 +71,11 @@ def _exchange(**extra):
 
 
 def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tmp_path):
-    """Written before start_s, done_s and payloads existed (schema 13), a store opened now has the
-    columns, its old rows read them as null, and new rows keep them."""
+    """Written before start_s, done_s and payloads (schema 14) and behind_s (15) existed, a store
+    opened now has the columns, its old rows read them as null, and new rows keep them."""
     import sqlite3
     old_schema = "\n".join(line for line in results.SCHEMA.splitlines()
-                           if not line.strip().startswith(("start_s", "done_s", "payloads")))
+                           if not line.strip().startswith(("start_s", "done_s", "payloads", "behind_s")))
     path = results.db_path(str(tmp_path))
     conn = sqlite3.connect(path)
     conn.executescript(old_schema)
@@ -96,6 +96,8 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     rec.step(0, 0, step_s=1.0, exchanges=[_exchange(start_s=0.12, done_s=0.3, payloads=wire)])
     new = results.exchanges_of(rec.conn, "r1")
     assert [(e["start_s"], e["done_s"], e["payloads"]) for e in new] == [(0.12, 0.3, wire)]
+    rec.step(0, 1, step_s=1.0, behind_s=0.004)
+    assert [r["behind_s"] for r in results.step_rows(rec.conn, "r1")] == [None, 0.004]
     # and a run copied to another store (a host's into a sweep's) keeps them
     other = results.connect(str(tmp_path / "other"))
     assert results.copy_run(rec.conn, other, "r1")

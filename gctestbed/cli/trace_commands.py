@@ -8,7 +8,7 @@ import os
 
 import click
 
-from .. import chrometrace, results
+from .. import chrometrace, flags, results
 from .. import trace as trace_
 from .. import tracefile
 from ..spec import UserError
@@ -23,7 +23,7 @@ def trace():
 
 @trace.command()
 @click.argument("run_id", required=False)
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
 @click.option("-o", "--out", "path", required=True, help="Trace file to write (.json, or .json.gz to compress it).")
 def record(run_id, results_dir, path):
     """Write the trace of a finished run (the latest when RUN_ID is omitted) from the results store."""
@@ -52,7 +52,7 @@ def show(path, as_json):
 
 @trace.command()
 @click.argument("source", required=False, metavar="[RUN_ID | FILE]")
-@click.option("--results", "results_dir", default="results", show_default=True, help="Results directory.")
+@click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
 @click.option("-o", "--out", "path", required=True, help="Chrome trace to write (JSON).")
 def chrome(source, results_dir, path):
     """Write a run (the latest when omitted) or a trace file as a Chrome trace, for Perfetto
@@ -65,14 +65,16 @@ def chrome(source, results_dir, path):
     else:
         conn = results.connect(results_dir, create=False)
         try:
-            data = trace_.extract(conn, results.find_run(conn, source)["run_id"])
+            data = trace_.extract(conn, results.find_run(conn, source)["run_id"], host_time=True)
         finally:
             conn.close()
     out = chrometrace.events(data)
+    dilate = data["job"].get("dilate", 1)
     try:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(out, f, separators=(",", ":"))
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}.") from None
     console.print(f"Chrome trace of run {data['recorded']['run_id']}: {len(data['ranks'])} ranks, "
-                  f"{len(out['traceEvents'])} events -> {path} (open it in ui.perfetto.dev or chrome://tracing)")
+                  f"{len(out['traceEvents'])} events -> {path} (open it in ui.perfetto.dev or chrome://tracing)"
+                  + (f"; dilated x{dilate:g}: its times are this host's, {dilate:g} times the emulated ones" if dilate != 1 else ""))

@@ -2,8 +2,9 @@
 
 A replay (workloads/replay.py) with ``codec=recorded`` exchanges, for every bucket, what the
 recorded rank put on the wire in that step (the same rounds, collectives, dtypes and element
-counts), after waiting the recorded encode time, and waits the recorded decode time after each
-round. No arithmetic of the method runs, so a GPU's codec is replayed on a CPU host at the GPU's
+counts), after waiting the recorded encode time, and after each round waits its share of the
+recorded decode time (the bucket's recorded decode time spread evenly over its rounds: the trace
+holds it per bucket, not per round). No arithmetic of the method runs, so a GPU's codec is replayed on a CPU host at the GPU's
 speed, and the bytes on the wire are the recorded ones whatever the replay's gradients are. The
 gradient comes back as it went in (scaled by 1/world by the hook): loss and accuracy of a replay
 mean nothing anyway.
@@ -77,6 +78,9 @@ class RecordedCodec(Compressor):
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         record = self._record(bucket)
+        if record["numel"] != grad.numel():
+            raise RuntimeError(f"step {bucket.step} bucket {bucket.key} holds {grad.numel()} elements, the trace's "
+                               f"{record['numel']}: the replay formed buckets the recorded run did not")
         self.waiter.wait(self.scale * (record.get("encode_s") or 0.0))
         rounds = rounds_of(record)
         return self._payload(rounds, 0, grad, record, bucket.world)

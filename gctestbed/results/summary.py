@@ -363,7 +363,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         ("mean", _whole_periods(per_step) if spec.comm in LOCAL_COMMS else per_step)
     stat = _median if every else _mean
     cpu = _cpu(spec, nodes, env)
-    host_bound, host_bound_reason = _host_bound(cpu)
+    # a replay that waits without the CPU (compute=sleep) should leave it idle: near saturation, the host
+    # was the bottleneck. A real model's compute, or a spun replay's, takes the CPU by design: no figure
+    host_bound, host_bound_reason = _host_bound(cpu) if spec.workload == "replay" and \
+        spec.workload_options.get("compute") == "sleep" else (None, None)
     behind = _median(max((r["behind_s"] for r in rs if r["behind_s"] is not None), default=None)
                      for rs in per_step) if spec.workload == "replay" else None    # a mixed run's real ranks have none
     return RunSummary(
@@ -437,4 +440,5 @@ def replayed(spec: RunSpec) -> str | None:
         return None
     o = spec.workload_options
     scale = f", scale={o['scale']:g}" if o.get("scale", 1.0) != 1.0 else ""
-    return f"{os.path.basename(o['trace'])} (compute={o['compute']}, codec={o.get('codec', 'real')}{scale})"
+    real = f", real={o['real']}" if o.get("real") else ""
+    return f"{os.path.basename(o['trace'])} (compute={o['compute']}, codec={o.get('codec', 'real')}{scale}{real})"

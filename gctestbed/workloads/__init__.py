@@ -88,9 +88,14 @@ def _no_evaluation(model: torch.nn.Module) -> dict[str, float | None]:
 
 def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: int, world: int = 1) -> Workload:
     """Model (identical on every rank for a seed) and this rank's own stream of batches."""
-    if name == "replay" and rank < options.get("real", 0):       # a mixed run: this rank runs the recorded model
+    if name == "replay" and options.get("real", 0):              # a mixed run
         job = replay.load(options["trace"])["job"]
-        return build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
+        real = build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
+        if rank < options["real"]:                                # this rank runs the recorded model
+            return real
+        work = Workload(*_BUILDERS[name][1](_BUILDERS[name][0](**options), seed, rank, batch_size))
+        replay.add_buffers(work.model, real.model)                # DDP sends rank 0's buffers to every rank
+        return work
     if name in _BUILDERS:
         cls, builder = _BUILDERS[name]
         return Workload(*builder(cls(**options), seed, rank, batch_size))

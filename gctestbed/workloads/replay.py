@@ -16,12 +16,11 @@ A gradient is a fixed random tensor per parameter (seeded), so a method that loo
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
-from ..timing import Waiter
+from ..timing import Waiter, now
 from ..tracefile import load
 
 COMPUTES = ("sleep", "spin")
@@ -96,7 +95,7 @@ class _Release(torch.autograd.Function):
         # earlier by what landing took this host last step (accumulating it into its bucket)
         late = r.wait.until(r.step_start + r.scale * ready - r.lag.get(ready, 0.0))
         r.behind = max(r.behind, late)
-        r.released.setdefault(ready, time.perf_counter())
+        r.released.setdefault(ready, now())
         return grad, r.grads[name], None, None
 
 
@@ -143,7 +142,7 @@ class ReplayModel(torch.nn.Module):
         r = self._state
         ready = r.ready[r.step].get(name, 0.0)
         if r.step > 0 and ready in r.released:    # step 0: one bucket of everything, no measure of a later one
-            r.landed[name] = time.perf_counter() - r.released[ready]
+            r.landed[name] = now() - r.released[ready]
 
     def step_stats(self) -> dict[str, float]:
         """For the step's row: how far behind the recorded times the host handed gradients over
@@ -155,7 +154,7 @@ class ReplayModel(torch.nn.Module):
         r.step += 1
         if r.step >= len(r.ready):
             raise RuntimeError(f"the trace holds {len(r.ready)} steps; this run asked for more")
-        r.step_start, r.released, r.lag, r.behind = time.perf_counter(), {}, {}, 0.0
+        r.step_start, r.released, r.lag, r.behind = now(), {}, {}, 0.0
         for name, took in r.landed.items():
             ready = r.ready[r.step].get(name, 0.0)
             r.lag[ready] = max(r.lag.get(ready, 0.0), took)
@@ -164,6 +163,20 @@ class ReplayModel(torch.nn.Module):
         for name in reversed(handed):          # the first handed over last in the chain: backward meets it first
             chain = _Release.apply(chain, self.get_parameter(name.removeprefix("module.")), r, name)
         return chain
+
+
+def add_buffers(model: torch.nn.Module, real: torch.nn.Module) -> None:
+    """Give a replaying rank of a mixed run the real model's buffers (batch norm's statistics):
+    DDP sends rank 0's parameters and buffers to every rank, so both must hold the same. A trace
+    records parameters only, so they are read from the real model built beside it."""
+    for name, buf in real.named_buffers():
+        owner = model
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        owner.register_buffer(leaf, torch.zeros_like(buf))
 
 
 def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
