@@ -17,11 +17,15 @@ VERSION = 2            # 2: layouts per rank (1 held rank 0's alone)
 
 
 def save(trace: dict[str, Any], path: str) -> None:
-    """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed."""
+    """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed. One UserError when it
+    cannot be written."""
     text = json.dumps(trace, separators=(",", ":"))
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        with opener(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UserError(f"cannot write trace {path}: {e.strerror}.") from None
 
 
 def load(path: str) -> dict[str, Any]:

@@ -23,13 +23,14 @@ NODES, STEPS = 2, 5
 @pytest.mark.root
 def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path, state_dir):
     run = gctestbed("run", "--nodes", str(NODES), "--bw", "1gbit", "--steps", str(STEPS), "--compressor", "twobit",
-                    "--eval-every", "2",
+                    "--eval-every", "2", "--record-trace", str(tmp_path / "at-once.json"),
                     "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
     assert run.returncode == 0, run.stderr
     path = str(tmp_path / "run.trace.json.gz")
     rec = gctestbed("trace", "record", "--results", str(tmp_path / "results"), "-o", path)
     assert rec.returncode == 0, rec.stderr
     data = tracefile.load(path)
+    assert tracefile.load(str(tmp_path / "at-once.json")) == data        # run --record-trace: the same trace
 
     model = workloads.build("mlp", {"width": 256, "depth": 2, "input_dim": 64}, seed=0, rank=0, batch_size=8, world=1).model
     assert data["parameters"] == [["module." + n, list(p.shape)] for n, p in model.named_parameters()]

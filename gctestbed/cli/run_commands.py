@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .. import compress, flags, results, runner
+from .. import compress, flags, results, runner, tracefile
+from .. import trace as trace_
 from .. import sweep as sweep_
 from .. import verify as verify_
 from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, format_duration, format_rate, parse_rate
@@ -38,10 +39,12 @@ from .render import bench_report, compressors_table, print_report, print_summary
                    "its payloads) replayed, everything on the wire real. TRACE[,compute=sleep|spin][,codec=real|recorded]"
                    "[,scale=K]; the workload replay:trace=TRACE,... (docs/replay.md).")
 @dilate_option
+@click.option("--record-trace", default=None, metavar="FILE",
+              help="When the run ends well, write its trace to FILE (as 'gctestbed trace record' would; .gz compresses).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
         kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
-        timeout, faults, cpus_per_node, dilate, results_dir, command, replay):
+        timeout, faults, cpus_per_node, dilate, results_dir, command, replay, record_trace):
     """Train once on N shaped nodes and record every step.
 
     With '-- CMD ...' every node runs your own DDP program instead of a built-in workload, with
@@ -76,6 +79,13 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     if summary.status != "ok":
         click.echo(f"gctestbed: run {summary.run_id} failed: {summary.error}", err=True)
         sys.exit(1)
+    if record_trace:
+        conn = results.connect(spec.results_dir, create=False)
+        try:
+            tracefile.save(trace_.extract(conn, summary.run_id), record_trace)
+        finally:
+            conn.close()
+        console.print(f"trace of run {summary.run_id} -> {record_trace}")
 
 
 def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
