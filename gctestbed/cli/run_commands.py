@@ -97,7 +97,7 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 
 @main.command()
 @click.option("--preset", type=click.Choice(sorted(sweep_.PRESETS)), default=None,
-              help="quick: the FC-heavy mlp on 2 nodes, 5 methods x 6 bandwidths x 2 modes (about 10 minutes on "
+              help="quick: the FC-heavy mlp on 2 nodes, 5 methods x 5 bandwidths x 2 modes (about 3 minutes on "
                    "2 cores); paper: every workload and the main methods on 2 and 4 nodes (hours). Axes given as "
                    "flags replace the preset's.")
 @click.option("--bw", multiple=True, help="Bandwidths, comma-separated or repeated (tc units: mbit = bits/s).")
