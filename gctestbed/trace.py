@@ -22,9 +22,9 @@ import sqlite3
 import statistics
 from typing import Any
 
-from . import results
+from . import results, workloads
 from .spec import RunSpec, UserError
-from .tracefile import FORMAT, VERSION
+from .tracefile import FORMAT, VERSION, load as load_trace
 
 STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
 
@@ -79,6 +79,8 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         # DDP's first step sends the whole model as one bucket in the model's order (torch 2.13): its layout
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
+        # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
+        "buffers": _buffers(spec),
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
@@ -104,3 +106,18 @@ def describe(trace: dict[str, Any]) -> dict[str, Any]:
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _buffers(spec: RunSpec) -> list[list]:
+    """``[name, shape, dtype]`` of each buffer of the run's model, read from the model built again
+    (a built-in workload; a replay's from its own trace); [] where it cannot be known (a user's
+    own model, a trace without them)."""
+    if spec.workload == "replay":
+        try:
+            return load_trace(spec.workload_options["trace"]).get("buffers", [])
+        except UserError:
+            return []
+    if spec.workload not in workloads.names():
+        return []
+    model = workloads.build(spec.workload, spec.workload_options, spec.seed, 0, spec.batch_size, spec.nodes).model
+    return [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.named_buffers()]

@@ -94,7 +94,8 @@ def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: 
         if rank < options["real"]:                                # this rank runs the recorded model
             return real
         work = Workload(*_BUILDERS[name][1](_BUILDERS[name][0](**options), seed, rank, batch_size))
-        replay.add_buffers(work.model, real.model)                # DDP sends rank 0's buffers to every rank
+        present = {n for n, _ in work.model.named_buffers()}       # the trace's own (recorded since 25 Nov 2026)
+        replay.add_buffers(work.model, [(n, b) for n, b in real.model.named_buffers() if n not in present])
         return work
     if name in _BUILDERS:
         cls, builder = _BUILDERS[name]

@@ -165,11 +165,11 @@ class ReplayModel(torch.nn.Module):
         return chain
 
 
-def add_buffers(model: torch.nn.Module, real: torch.nn.Module) -> None:
-    """Give a replaying rank of a mixed run the real model's buffers (batch norm's statistics):
-    DDP sends rank 0's parameters and buffers to every rank, so both must hold the same. A trace
-    records parameters only, so they are read from the real model built beside it."""
-    for name, buf in real.named_buffers():
+def add_buffers(model: torch.nn.Module, buffers: list[tuple[str, torch.Tensor]]) -> None:
+    """Give a replayed model the recorded model's buffers (batch norm's statistics), zeros of their
+    shapes and dtypes: DDP broadcasts rank 0's buffers before every forward, bytes on the wire a
+    replay must send too, and in a mixed run every rank must hold what rank 0 sends."""
+    for name, buf in buffers:
         owner = model
         *path, leaf = name.split(".")
         for part in path:
@@ -183,6 +183,8 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     trace = load(o.trace)
     params, ready, place = schedule(trace, rank)
     model = ReplayModel(params, ready, place, o.compute, o.scale, seed)
+    add_buffers(model, [(name, torch.zeros(shape, dtype=getattr(torch, dtype)))
+                        for name, shape, dtype in trace.get("buffers", [])])
 
     def batches():
         while True:
