@@ -548,6 +548,9 @@ class RunSpec:
             if self.workload != "replay":
                 raise SpecError(f"--dilate {self.dilate:g} stretches a replay's recorded compute: a real model's compute "
                                 "cannot be dilated, so use it with --workload replay:trace=FILE.")
+            if self.workload_options.get("real"):
+                raise SpecError(f"--dilate {self.dilate:g} cannot stretch a mixed run's real ranks (real=N): "
+                                "run mixed runs undilated.")
             if self.workload_options.get("codec", "real") == "real" and self.compressor != "none":
                 raise SpecError(f"under --dilate the method's own encoding runs at this host's speed and would be "
                                 f"reported {self.dilate:g} times faster than it ran: replay {self.compressor} with "

@@ -162,8 +162,6 @@ def plan(grid: Grid) -> list[Cell]:
                                     launcher="netns" if grid.launcher == "slurm" else grid.launcher,   # as 'node' has it
                                     device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
                                     cpus_per_node=grid.cpus_per_node, dilate=grid.dilate)
-            if spec.workload == "replay" and spec.workload_options.get("codec") == "recorded":
-                params["compressor"] = spec.compressor    # the trace's method ran, whatever the axis said
             cells.append(Cell(params, repeat, spec))
     return cells
 

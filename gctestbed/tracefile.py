@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from typing import Any
 
 from .spec import UserError
@@ -21,11 +22,15 @@ def save(trace: dict[str, Any], path: str) -> None:
     cannot be written."""
     text = json.dumps(trace, separators=(",", ":"))
     opener = gzip.open if path.endswith(".gz") else open
+    partial = f"{path}.partial"
     try:
-        with opener(path, "wt", encoding="utf-8") as f:
+        with opener(partial, "wt", encoding="utf-8") as f:
             f.write(text)
+        os.replace(partial, path)                # a failed write leaves no truncated trace behind
     except OSError as e:
-        raise UserError(f"cannot write trace {path}: {e.strerror}.") from None
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise UserError(f"cannot write trace {path}: {e.strerror or e}.") from None
 
 
 def load(path: str) -> dict[str, Any]:

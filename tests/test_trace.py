@@ -159,24 +159,32 @@ def test_a_replay_is_checked_against_its_trace_in_one_sentence(tmp_path):
                           ({"replay": f"{path},real=3"}, "more real ranks than --nodes 2"),
                           ({"replay": f"{path},real=1", "batch_size": "8"}, "use its --batch-size 16"),
                           ({"replay": f"{path},real=1,codec=recorded"}, "leave out codec=recorded when real=N"),
-                          ({"replay": path, "compressor": "twobit", "dilate": "4"}, "replay twobit with codec=recorded")):
+                          ({"replay": path, "compressor": "twobit", "dilate": "4"}, "replay twobit with codec=recorded"),
+                          ({"replay": f"{path},real=1", "dilate": "4"}, "cannot stretch a mixed run")):
         with pytest.raises(SpecError, match=words):
             flags.build_spec(**{"steps": "2", **kwargs})
 
 
 def test_a_sweep_of_a_recorded_codec_labels_its_cells_with_the_traces_method(tmp_path):
-    """codec=recorded sends the trace's payloads whatever the compressor axis says, so the cells
-    (and the report, which labels cells by them) name the trace's method, not the default none."""
+    """codec=recorded sends the trace's payloads whatever the compressor axis says, so the report
+    labels such a cell with the trace's method and its options (two traces of one method apart),
+    not the axis's default none; the cell's key, which a resumed sweep matches, is left as planned."""
     from gctestbed import sweep
+    from gctestbed.analysis import cells
     path = _tiny_trace(tmp_path / "t.json")
     grid = sweep.Grid(axes={**{a: [v] for a, v in ((a, sweep.flags.DEFAULTS[a]) for a in sweep.AXES)},
                             "workload": [f"replay:trace={path},codec=recorded"]}, steps=2, results_dir=str(tmp_path))
     (cell,) = sweep.plan(grid)
-    assert cell.spec.compressor == "twobit" and cell.params["compressor"] == "twobit"
+    assert cell.spec.compressor == "twobit" and cell.params["compressor"] == "none"
+    assert cells.method_label(cell.spec, cell.params) == "twobit:threshold=0.5"
+    real = sweep.plan(sweep.Grid(axes={**grid.axes, "workload": ["mlp"], "compressor": ["fp16"]}, steps=2,
+                                 results_dir=str(tmp_path)))[0]
+    assert cells.method_label(real.spec, real.params) == "fp16"     # a real cell: as the sweep typed it
     assert flags_default_dilate_names_alike(grid)
 
 
 def flags_default_dilate_names_alike(grid) -> bool:
     """A sweep typed with --dilate 1.0 is the one typed without it (its name resumes it)."""
     import dataclasses
-    return grid.default_name() == dataclasses.replace(grid, dilate="1.0").default_name()
+    return (grid.default_name() == dataclasses.replace(grid, dilate="1.0").default_name()
+            and dataclasses.replace(grid, dilate="4").default_name() == dataclasses.replace(grid, dilate="4.0").default_name())

@@ -107,7 +107,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
         rows.append(Row(
             run_id=run_id, sweep=sweep_name, repeat=repeat,
             workload=f"replay of {s.replayed}" if s.replayed else params["workload"] if params else spec.workload,
-            compressor=_label(params["compressor"] if params and not _recorded(spec) else spec.compressor,
+            compressor=_label(method_label(spec, params),
                               params.get("comm", "allreduce") if params else _comm(spec)), method=spec.compressor,
             nodes=spec.nodes, bw_bps=spec.link.bw_bps, latency_s=spec.link.latency_s, batch_size=spec.batch_size,
             mode=spec.mode, step_s=mean.get("step_s", s.median_step_s), compute_s=s.median_compute_s,
@@ -133,10 +133,15 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
 TAIL = 3
 
 
-def _recorded(spec: RunSpec) -> bool:
-    """A replay of a trace's own payloads (codec=recorded): it ran the trace's method whatever its
-    sweep's compressor axis said (sweeps planned before sweep.plan wrote the method into the cell)."""
-    return spec.workload == "replay" and spec.workload_options.get("codec") == "recorded"
+def method_label(spec: RunSpec, params: dict | None) -> str:
+    """The method as a sweep's cell typed it (outside a sweep: its name), except a replay of a
+    trace's own payloads (codec=recorded), which ran the trace's method whatever the sweep's
+    compressor axis said: its name with every option, so two traces of one method apart."""
+    if spec.workload == "replay" and spec.workload_options.get("codec") == "recorded":
+        options = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in sorted(spec.compressor_options.items()))
+        return f"{spec.compressor}:{options}" if options else spec.compressor
+    return params["compressor"] if params else spec.compressor
 
 
 def _label(compressor: str, comm: str) -> str:

@@ -58,6 +58,9 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
                             launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
+    if record_trace and (spec.command or spec.dilate != 1 or spec.comm != "allreduce" and spec.comm != "ps"):
+        raise SpecError("--record-trace traces gctestbed's own workloads, undilated, over the ring or parameter "
+                        "servers: leave it out for this run.")
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"

@@ -89,13 +89,14 @@ def _no_evaluation(model: torch.nn.Module) -> dict[str, float | None]:
 def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: int, world: int = 1) -> Workload:
     """Model (identical on every rank for a seed) and this rank's own stream of batches."""
     if name == "replay" and options.get("real", 0):              # a mixed run
-        job = replay.load(options["trace"])["job"]
-        real = build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
+        trace = replay.load(options["trace"])
+        job = trace["job"]
         if rank < options["real"]:                                # this rank runs the recorded model
-            return real
+            return build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
         work = Workload(*_BUILDERS[name][1](_BUILDERS[name][0](**options), seed, rank, batch_size))
-        present = {n for n, _ in work.model.named_buffers()}       # the trace's own (recorded since 25 Nov 2026)
-        replay.add_buffers(work.model, [(n, b) for n, b in real.model.named_buffers() if n not in present])
+        if "buffers" not in trace:                                # a trace from before buffers were recorded
+            real = build(job["workload"], job["workload_options"], seed, rank, batch_size, world)
+            replay.add_buffers(work.model, list(real.model.named_buffers()))
         return work
     if name in _BUILDERS:
         cls, builder = _BUILDERS[name]
