@@ -188,3 +188,14 @@ def flags_default_dilate_names_alike(grid) -> bool:
     import dataclasses
     return (grid.default_name() == dataclasses.replace(grid, dilate="1.0").default_name()
             and dataclasses.replace(grid, dilate="4").default_name() == dataclasses.replace(grid, dilate="4.0").default_name())
+
+
+def test_a_trace_that_cannot_be_written_is_refused_in_one_sentence_and_leaves_nothing(tmp_path):
+    path = _tiny_trace(tmp_path / "t.json")
+    with pytest.raises(UserError, match="cannot write trace"):
+        tracefile.save(tracefile.load(path), str(tmp_path / "missing" / "t.json.gz"))
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "t.json").mkdir()           # a directory where the file should go: the rename fails
+    with pytest.raises(UserError, match="cannot write trace"):
+        tracefile.save(tracefile.load(path), str(tmp_path / "ro" / "t.json"))
+    assert sorted(p.name for p in (tmp_path / "ro").iterdir()) == ["t.json"]   # no partial file left behind
