@@ -94,7 +94,8 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
     # counted once on the models themselves: cnn:width=8 has 9 batch norms (27 tensors, 1,416 bytes),
     # this transformer 2 tensors of 512 bytes
     count, nbytes = (27, 1416) if workload.startswith("cnn") else (2, 512)
-    assert len(buffers) == count and sum(math.prod(s) * (8 if d == "int64" else 4) for _, s, d in buffers) == nbytes
+    size = {"int64": 8, "float32": 4, "bool": 1}                  # bytes an element of each dtype takes
+    assert len(buffers) == count and sum(math.prod(s) * size[d] for _, s, d in buffers) == nbytes, buffers
     (_, real_sent), (_, sent) = _wire(tmp_path / "real"), _wire(tmp_path / "replay")
     # one measured step (the third): a few hundred bytes of control traffic move it (CI: the transformer
     # 0.22 % over); the cnn without its buffers was 1.35 % short
