@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import torch
 
 from gctestbed.launch.state import census
 
@@ -86,3 +87,34 @@ def bare_cluster(nodes: int):
         yield name, state.meta["nodes"][0]["address"]
     finally:
         assert gctestbed("down", name).returncode == 0
+
+
+
+FORWARD_S, BACKWARD_S = 0.03, 0.05      # the known pauses of PausedChain's forward and backward
+
+
+class _Pause(torch.autograd.Function):
+    """Sleeps FORWARD_S on the way forward and BACKWARD_S on the way back: known durations, for
+    checks of the hook's clocks held against something other than the code."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(FORWARD_S)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(BACKWARD_S)
+        return grad
+
+
+class PausedChain(torch.nn.Module):
+    """first, a pause of known length each way, then second: the two layers' gradients reach DDP
+    at least BACKWARD_S apart, the second's at least FORWARD_S after the step began."""
+
+    def __init__(self, first, second):
+        super().__init__()
+        self.first, self.second = first, second
+
+    def forward(self, x):
+        return self.second(_Pause.apply(self.first(x)))

@@ -13,10 +13,9 @@ import torch
 from gctestbed import chrometrace, results, trace
 from gctestbed.compress.dense import FP16
 from gctestbed.spec import LinkSpec, RunSpec
-from helpers import gctestbed
+from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed
 
 US = 1e6                  # the format's unit, microseconds, written out here on its own
-FORWARD_S, BACKWARD_S = 0.03, 0.05
 ENCODE_S, DECODE_S, OPTIM_S = 0.08, 0.02, 0.04
 
 
@@ -42,27 +41,6 @@ def check_format(out: dict, ranks: int) -> list[dict]:
     return events
 
 
-class _Pause(torch.autograd.Function):
-    """Sleeps FORWARD_S on the way forward and BACKWARD_S on the way back."""
-
-    @staticmethod
-    def forward(ctx, x):
-        time.sleep(FORWARD_S)
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(BACKWARD_S)
-        return grad
-
-
-class _Chain(torch.nn.Module):
-    def __init__(self, first, second):
-        super().__init__()
-        self.first, self.second = first, second
-
-    def forward(self, x):
-        return self.second(_Pause.apply(self.first(x)))
 
 
 class _SlowFP16(FP16):
@@ -78,13 +56,13 @@ class _SlowFP16(FP16):
 
 
 def _record(results_dir: str, steps: int = 2) -> dict:
-    """A one-rank run of _Chain with _SlowFP16, timed as the worker times it, stored, and traced."""
+    """A one-rank run of PausedChain with _SlowFP16, timed as the worker times it, stored, and traced."""
     from torch.nn.parallel import DistributedDataParallel
     from gctestbed.compress import hook
     from gctestbed.timing import Laps
 
     first, second = torch.nn.Linear(64, 256), torch.nn.Linear(256, 256)   # 64 KB and 256 KB of gradient
-    model = DistributedDataParallel(_Chain(first, second), bucket_cap_mb=0.1)
+    model = DistributedDataParallel(PausedChain(first, second), bucket_cap_mb=0.1)
     state = hook.install(model, _SlowFP16())
     rec = results.Recorder(results_dir, "chrome1")
     rec.start_run(RunSpec(nodes=1, link=LinkSpec(bw_bps=10**9), steps=steps, compressor="fp16", run_id="chrome1"), {})

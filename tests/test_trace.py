@@ -13,7 +13,7 @@ import torch
 
 from gctestbed import tracefile, workloads
 from gctestbed.spec import UserError
-from helpers import gctestbed
+from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed
 from test_chrometrace import check_format
 
 WORKLOAD = "mlp:width=256,depth=2,input_dim=64"
@@ -80,30 +80,6 @@ def test_a_file_that_is_not_a_trace_of_this_version_is_refused_in_one_sentence(t
             tracefile.load(str(path))
 
 
-class _Pause(torch.autograd.Function):
-    """Sleeps FORWARD_S on the way forward and BACKWARD_S on the way back: known durations."""
-
-    @staticmethod
-    def forward(ctx, x):
-        time.sleep(FORWARD_S)
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(BACKWARD_S)
-        return grad
-
-
-FORWARD_S, BACKWARD_S = 0.03, 0.05
-
-
-class _Chain(torch.nn.Module):
-    def __init__(self, first, second):
-        super().__init__()
-        self.first, self.second = first, second
-
-    def forward(self, x):
-        return self.second(_Pause.apply(self.first(x)))
 
 
 def test_a_buckets_ready_time_is_when_backward_released_it(single_rank_group):
@@ -114,7 +90,7 @@ def test_a_buckets_ready_time_is_when_backward_released_it(single_rank_group):
     from gctestbed.compress import create, hook
 
     first, second = torch.nn.Linear(64, 256), torch.nn.Linear(256, 256)   # 64 KB and 256 KB of gradient
-    model = DistributedDataParallel(_Chain(first, second), bucket_cap_mb=0.1)
+    model = DistributedDataParallel(PausedChain(first, second), bucket_cap_mb=0.1)
     state = hook.install(model, create("none", {}))
     for _ in range(2):
         model(torch.rand(8, 64)).sum().backward()

@@ -125,12 +125,7 @@ class ReplayModel(torch.nn.Module):
         gen = torch.Generator().manual_seed(seed)
         self._names = [name for name, _ in params]
         for name, shape in params:
-            owner = self
-            *path, leaf = name.removeprefix("module.").split(".")
-            for part in path:
-                if not hasattr(owner, part):
-                    owner.add_module(part, torch.nn.Module())
-                owner = getattr(owner, part)
+            owner, leaf = _owner(self, name.removeprefix("module."))
             owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
         self._state = _State(ready, place, {name: torch.randn(shape, generator=gen) * 1e-3 for name, shape in params},
                              scale, Waiter(compute == "spin"))
@@ -170,13 +165,19 @@ def add_buffers(model: torch.nn.Module, buffers: list[tuple[str, torch.Tensor]])
     shapes and dtypes: DDP broadcasts rank 0's buffers before every forward, bytes on the wire a
     replay must send too, and in a mixed run every rank must hold what rank 0 sends."""
     for name, buf in buffers:
-        owner = model
-        *path, leaf = name.split(".")
-        for part in path:
-            if not hasattr(owner, part):
-                owner.add_module(part, torch.nn.Module())
-            owner = getattr(owner, part)
+        owner, leaf = _owner(model, name)
         owner.register_buffer(leaf, torch.zeros_like(buf))
+
+
+def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The submodule a dotted name ``a.b.leaf`` belongs to (made empty where missing), and ``leaf``:
+    so a replayed model's parameters and buffers carry the recorded names."""
+    *path, leaf = name.split(".")
+    for part in path:
+        if not hasattr(model, part):
+            model.add_module(part, torch.nn.Module())
+        model = getattr(model, part)
+    return model, leaf
 
 
 def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
