@@ -32,7 +32,9 @@ STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s"
 def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> dict[str, Any]:
     """The trace of a finished run in ``conn``; a run that did not end well, or that exchanged no
     bucket (a user's own command, local steps only), cannot be traced: one UserError. A dilated run
-    only with ``host_time`` (its times are this host's, not its compute's: to look at, not to replay)."""
+    only with ``host_time`` (its times are this host's, not its compute's: to look at, not to replay),
+    which also leaves out the model's buffers (a replay needs them; a timeline does not, and reading
+    them builds the model again)."""
     run = results.find_run(conn, run_id)
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
@@ -80,7 +82,7 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
         # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
-        "buffers": _buffers(spec),
+        "buffers": [] if host_time else _buffers(spec),
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
