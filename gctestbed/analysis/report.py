@@ -159,7 +159,8 @@ def render_html(report: dict) -> str:
     parts = [f"<h1>gctestbed report</h1><p>{report['cells']} cells from {html.escape(report['results_dir'])}"
              f"{' (sweep ' + html.escape(report['sweep']) + ')' if report['sweep'] else ''}.</p>"
              + (f"<p><b>Replayed cells</b> (compute from a trace, everything on the wire real; docs/replay.md): "
-                f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed") else "")
+                f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed")
+                else "<p>Every cell ran its model for real (no replayed cells).</p>")
              + (f"<p>{html.escape(dilated_label(report['dilated']))}</p>" if report.get("dilated") else ""),
              f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
