@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from gctestbed.net import measure, namespaces, shaping, topology
@@ -38,6 +41,28 @@ def test_applied_configuration_is_read_back_from_the_kernel(ledger):
         (cls,) = config["classes"]
         assert cls["rate_bps"] == cls["ceil_bps"] == 10_000_000_000
         assert abs(cls["burst_bytes"] - shaping.burst_bytes(10_000_000_000)) / shaping.burst_bytes(10_000_000_000) < 0.02
+
+
+def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
+    """A namespace inherits the host's congestion control; a host set to BBR (these VMs are) gave the
+    nodes BBR, which paces by its own clock and left dilated replays 14 % slow (docs/replay.md).
+    The host is set to reno here, so a node that kept the inherited one fails."""
+    key = "/proc/sys/net/ipv4/tcp_congestion_control"
+    with open(key) as f:
+        host = f.read().strip()
+    try:
+        with open(key, "w") as f:
+            f.write("reno")
+        net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=100_000_000)))
+    finally:
+        with open(key, "w") as f:
+            f.write(host)
+    probe = "import socket; s = socket.socket(); print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).strip(b'\\0').decode())"
+    for node in net.nodes:
+        # what a new socket in the node gets, as the kernel reports it
+        got = subprocess.run(["ip", "netns", "exec", node.netns, sys.executable, "-c", probe],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert got == topology.TCP_CONGESTION_CONTROL == "cubic", got
 
 
 def test_teardown_leaves_nothing(state_dir):

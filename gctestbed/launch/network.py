@@ -39,6 +39,7 @@ class Shaped:
         if self.network is None:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
+                "tcp_congestion_control": topology.TCP_CONGESTION_CONTROL,
                 "qdiscs": self.network.describe() if qdiscs is None else qdiscs}
 
     def final_counters(self) -> dict:

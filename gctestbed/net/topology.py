@@ -31,6 +31,11 @@ class NodePort:
 
 
 TCP_BUFFER_FLOOR = 6 << 20      # never below Linux's usual autotuning maximum
+# Every node's TCP congestion control: Linux's default, what a cluster's hosts run unless tuned. A new
+# namespace inherits the host's choice instead, and a host set to BBR (this project's VMs are) gives
+# the nodes a congestion control that paces by its own clock, in host time: under --dilate 4 it left
+# a link-bound replay 14 % slower than undilated, where cubic's was within 2 % (docs/replay.md).
+TCP_CONGESTION_CONTROL = "cubic"
 
 
 def tcp_buffer_bytes(topo: TopologySpec, rank: int) -> int:
@@ -140,7 +145,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.addr("add", index=index, address=address, prefixlen=net.prefixlen)
             ipr.link("set", index=index, state="up")
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-        _size_tcp_buffers(network, c.a_ns, tcp_buffer_bytes(topo, rank))
+        _tune_tcp(network, c.a_ns, tcp_buffer_bytes(topo, rank))
         network.nodes.append(NodePort(rank, c.a_ns, address, c.b_ns, c.b_if))
     for c in network.cables[len(topo.nodes):]:
         _bridge(c.a_ns, prefix, c.a_if)
@@ -213,13 +218,19 @@ def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
     if network.relay:
         delayline.reseed(network.relay, seed)
     for port in network.nodes:
-        _size_tcp_buffers(network, port.netns, tcp_buffer_bytes(topo, port.rank))
+        _tune_tcp(network, port.netns, tcp_buffer_bytes(topo, port.rank))
 
 
-def _size_tcp_buffers(network: Network, ns: str, limit: int) -> None:
-    """Let a node's sockets hold ``limit`` bytes (tcp_buffer_bytes), and remember it for the run's record."""
+def _tune_tcp(network: Network, ns: str, limit: int) -> None:
+    """Let a node's sockets hold ``limit`` bytes (tcp_buffer_bytes) and give them Linux's default
+    congestion control (TCP_CONGESTION_CONTROL), and remember both for the run's record."""
     namespaces.write_sysctl(ns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
     namespaces.write_sysctl(ns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
+    try:
+        namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
+    except OSError as e:
+        raise RuntimeError(f"this kernel cannot give the nodes TCP congestion control {TCP_CONGESTION_CONTROL} "
+                           f"({e.strerror or e}); load its module (modprobe tcp_{TCP_CONGESTION_CONTROL}).") from None
     network.tcp_buffers[ns] = limit
 
 
