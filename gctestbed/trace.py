@@ -29,6 +29,18 @@ from .tracefile import FORMAT, VERSION, load as load_trace
 STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
 
 
+def untraceable(spec: RunSpec) -> str | None:
+    """Why a run of ``spec`` cannot be traced for replay, or None: a trace holds gctestbed's own
+    workloads' compute, undilated, exchanged over the ring or parameter servers."""
+    if spec.command:
+        return "it runs your own program, whose compute gctestbed does not see"
+    if spec.dilate != 1:
+        return f"it is dilated x{spec.dilate:g}"
+    if spec.comm not in ("allreduce", "ps"):
+        return f"it exchanges with --comm {spec.comm}, which a replay does not"
+    return None
+
+
 def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> dict[str, Any]:
     """The trace of a finished run in ``conn``; a run that did not end well, or that exchanged no
     bucket (a user's own command, local steps only), cannot be traced: one UserError. A dilated run

@@ -71,6 +71,34 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     assert [r["bytes"] for r in about["ranks"]] == [math.ceil(about["elements"] / 16) * 4] * NODES
 
 
+@pytest.mark.root
+def test_a_sweep_records_one_trace_per_method_on_the_same_model(tmp_path, state_dir):
+    out = tmp_path / "traces"
+    sweep = gctestbed("sweep", "--compressor", "none;twobit", "--bw", "1gbit", "--nodes", str(NODES), "--steps", "3",
+                      "--workload", WORKLOAD, "--calibrate", "none", "--record-traces", str(out),
+                      "--results", str(tmp_path / "results"))
+    assert sweep.returncode == 0, sweep.stderr
+    files = sorted(out.iterdir())
+    assert [f.name.split("-")[0] for f in files] == ["none", "twobit"], files
+    model = workloads.build("mlp", {"width": 256, "depth": 2, "input_dim": 64}, seed=0, rank=0, batch_size=8, world=1).model
+    numel = sum(p.numel() for p in model.parameters())
+    for f in files:
+        data = tracefile.load(str(f))
+        method = f.name.split("-")[0]
+        assert data["job"]["compressor"] == method and data["recorded"]["run_id"] in f.name
+        assert data["parameters"] == [["module." + n, list(p.shape)] for n, p in model.named_parameters()]
+        for r in data["ranks"]:
+            for st in r["steps"]:
+                # what each method put on the wire, by its own rule: fp32 all-reduced, or 16 two-bit codes in 4 bytes
+                sent = [(b["reduce_bytes"], b["gather_bytes"]) for b in st["buckets"]]
+                want = [(4 * b["numel"], 0) if method == "none" else (0, math.ceil(b["numel"] / 16) * 4) for b in st["buckets"]]
+                assert sent == want and sum(b["numel"] for b in st["buckets"]) == numel
+    refused = gctestbed("sweep", "--compressor", "none", "--comm", "localsgd", "--record-traces", str(tmp_path / "x"),
+                        "--dry-run", "--results", str(tmp_path / "results"))
+    assert refused.returncode != 0 and "because it exchanges with --comm localsgd" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
 def test_a_file_that_is_not_a_trace_of_this_version_is_refused_in_one_sentence(tmp_path):
     for text, words in (("not json", "cannot read trace"), ('{"a": 1}', "is not a gctestbed trace"),
                         (json.dumps({"format": tracefile.FORMAT, "version": 99}), "version 99 trace")):

@@ -58,9 +58,9 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                             bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
                             accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
                             launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
-    if record_trace and (spec.command or spec.dilate != 1 or spec.comm != "allreduce" and spec.comm != "ps"):
-        raise SpecError("--record-trace traces gctestbed's own workloads, undilated, over the ring or parameter "
-                        "servers: leave it out for this run.")
+    why = trace_.untraceable(spec) if record_trace else None
+    if why:
+        raise SpecError(f"--record-trace cannot trace this run, because {why}: leave it out.")
     console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
                   f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
                   f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
@@ -83,12 +83,17 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
         click.echo(f"gctestbed: run {summary.run_id} failed: {summary.error}", err=True)
         sys.exit(1)
     if record_trace:
-        conn = results.connect(spec.results_dir, create=False)
-        try:
-            tracefile.save(trace_.extract(conn, summary.run_id), record_trace)
-        finally:
-            conn.close()
-        console.print(f"trace of run {summary.run_id} -> {record_trace}")
+        _save_trace(spec.results_dir, summary.run_id, record_trace)
+
+
+def _save_trace(results_dir: str, run_id: str, path: str) -> None:
+    """The trace of finished run ``run_id`` written to ``path`` (as 'gctestbed trace record' would)."""
+    conn = results.connect(results_dir, create=False)
+    try:
+        tracefile.save(trace_.extract(conn, run_id), path)
+    finally:
+        conn.close()
+    console.print(f"trace of run {run_id} -> {path}")
 
 
 def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
@@ -141,9 +146,12 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
                    "that fit keep the network, re-shaped, and fork workers from each node's pre-imported server).")
 @cpus_option
 @dilate_option
+@click.option("--record-traces", "trace_dir", default=None, metavar="DIR",
+              help="Write each cell's trace, when it ends well, to DIR/<method>-<run id>.json.gz: several methods "
+                   "recorded on the same model in one command (--compressor 'none;dgc;twobit').")
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory (one SQLite store).")
 def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition, dev, lr, eval_every, seed, calibrate, accept_miss, name, retry_failed, dry_run,
-          fresh_nodes, cpus_per_node, dilate, results_dir, replay, **axes):
+          fresh_nodes, cpus_per_node, dilate, results_dir, replay, trace_dir, **axes):
     """Run a grid of cells (bandwidth x latency x compressor x nodes x workload x batch size x mode x optimizer x comm),
     resumably: Ctrl-C stops it cleanly, and the same command goes on where it stopped."""
     shared = dict(kernels=kernel_mode, launcher=launcher, lr=lr, eval_every=eval_every, seed=seed, calibrate=calibrate,
@@ -164,6 +172,11 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
     name = name or grid.default_name()
     cells = sweep_.plan(grid)
     left = sweep_.todo(cells, name, results_dir, retry_failed)
+    if trace_dir:
+        why = next((w for w in map(trace_.untraceable, (c.spec for c in cells)) if w), None)
+        if why:
+            raise SpecError(f"--record-traces cannot trace this sweep's cells, because {why}: leave it out.")
+        os.makedirs(trace_dir, exist_ok=True)
     console.print(f"[bold]sweep {name}[/]: {len(cells)} cells, {len(cells) - len(left)} already done, "
                   f"{len(left)} to run ({results_dir})")
     if dry_run:
@@ -188,6 +201,9 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
                               f"{p.get('calibrate_s', 0.0):.1f} s + fixed cost {p['fixed_s']:.1f} s")
             if summary.status != "ok":
                 console.print(f"cell {escape(cell.key)} failed: {escape(summary.error or '')}")
+            elif trace_dir:
+                _save_trace(results_dir, summary.run_id,
+                            os.path.join(trace_dir, f"{cell.spec.compressor}-{summary.run_id}.json.gz"))
 
         try:
             counts = sweep_.run(grid, name, left, started, done)
