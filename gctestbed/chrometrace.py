@@ -7,7 +7,9 @@ and ``otherData`` (the run and its job). Times in the format are MICROseconds (`
 the trace's are seconds.
 
 One process per rank (``pid`` = the rank), named by ``process_name`` metadata. In it, thread 0
-("training") holds each step, its forward and backward (``compute_s``), in serial mode the
+("training") holds each step, its forward and backward (``compute_s``) with the forward's part
+first (``forward_s``; the sum of a method's micro-batches' forwards, which interleave with
+backward), in serial mode the
 exchange after backward, the optimizer and local SGD's averaging (``sync_s``); thread 1 + k holds
 DDP's bucket k: when the hook got it (an instant at ``ready_s``), its encode (from ``start_s``,
 ``encode_s`` long), its collective (encode's end to decode's start; "push+pull" under ``--comm
@@ -100,6 +102,9 @@ def _step(s: dict[str, Any], start: float, rank: int, job: dict) -> list[dict[st
     if s.get("compute_s") is not None:
         out += _span("forward+backward", "compute", start, s["compute_s"], rank, TRAINING_TID,
                      {"step": step, "compute_s": s["compute_s"]})
+        if s.get("forward_s") is not None:    # a method's micro-batches interleave it with backward: their sum
+            out += _span("forward", "compute", start, s["forward_s"], rank, TRAINING_TID,
+                         {"step": step, "forward_s": s["forward_s"]})
     if s.get("optim_s") is not None:
         if job.get("mode") == "serial" and s.get("compute_s") is not None:
             out += _span("exchange", "comm", start + s["compute_s"], total - s["compute_s"] - s["optim_s"] - sync,

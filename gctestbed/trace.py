@@ -26,7 +26,7 @@ from . import results, workloads
 from .spec import RunSpec, UserError
 from .tracefile import FORMAT, VERSION, load as load_trace
 
-STEP_TIMES = ("step_s", "compute_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
+STEP_TIMES = ("step_s", "compute_s", "forward_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
 
 
 def untraceable(spec: RunSpec) -> str | None:
@@ -108,7 +108,7 @@ def describe(trace: dict[str, Any]) -> dict[str, Any]:
     ranks = []
     for r in trace["ranks"]:
         steps = [s for s in r["steps"] if s["step"] > 0] or r["steps"]
-        med = {k: _median([s[k] for s in steps if s[k] is not None]) for k in STEP_TIMES}
+        med = {k: _median([s[k] for s in steps if s.get(k) is not None]) for k in STEP_TIMES}
         med["buckets"] = _median([len(s["buckets"]) for s in steps])
         med["bytes"] = _median([sum(b["reduce_bytes"] + b["gather_bytes"] for b in s["buckets"]) for s in steps])
         ranks.append({"rank": r["rank"], "steps": len(r["steps"]), **med})

@@ -51,21 +51,31 @@ def param_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, parts: int) -> torch.Tensor:
+def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, parts: int,
+                     sync=lambda: None) -> tuple[torch.Tensor, float]:
     """One step's gradient, from ``parts`` micro-batches when a method needs their statistics,
     with one gradient exchange per step whatever ``parts`` is. DDP decides in the forward whether
     the next backward synchronises, so every micro-batch but the last runs forward *and* backward
     inside ``no_sync``; a forward outside it would make each backward exchange its buckets (each
-    from one micro-batch). Returns the batch's mean loss."""
+    from one micro-batch). Returns the batch's mean loss and the seconds its forward passes took,
+    each from where the wrapped module's forward began (after DDP's own preparation, its buffer
+    broadcast: the origin of the hook's ready times) to its loss (``sync`` ends a GPU's queued
+    work, so that is the forward's own)."""
     xs, ys = x.chunk(parts), y.chunk(parts)
-    total = 0.0
-    for i, (xi, yi) in enumerate(zip(xs, ys)):
-        last = i + 1 == len(xs)
-        with contextlib.nullcontext() if last else model.no_sync():
-            loss = loss_fn(model(xi), yi) / len(xs)
-            loss.backward()
-        total = total + loss.detach()
-    return total
+    total, forward_s, began = 0.0, 0.0, []
+    handle = getattr(model, "module", model).register_forward_pre_hook(lambda m, a: began.append(time.perf_counter()))
+    try:
+        for i, (xi, yi) in enumerate(zip(xs, ys)):
+            last = i + 1 == len(xs)
+            with contextlib.nullcontext() if last else model.no_sync():
+                loss = loss_fn(model(xi), yi) / len(xs)
+                sync()
+                forward_s += time.perf_counter() - began[-1]
+                loss.backward()
+            total = total + loss.detach()
+    finally:
+        handle.remove()
+    return total, forward_s
 
 
 def exchange_failed(error: BaseException, rank: int, step: int) -> str:
@@ -118,7 +128,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         try:
-            loss = forward_backward(model, work.loss_fn, x, y, compressor.microbatches)
+            loss, forward_s = forward_backward(model, work.loss_fn, x, y, compressor.microbatches, sync)
             sync()
             compute_s = laps.lap()
         except RuntimeError:             # DDP re-raises the hook's failure, garbled: report the hook's own
@@ -143,7 +153,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 stats[key] = stats.get(key, 0) + value
         tx2, rx2 = nic_bytes(ifname)
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
-                      compute_s=compute_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,
+                      compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,
                       **stats)
         if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
             evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)

@@ -38,7 +38,9 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     for r in data["ranks"]:
         assert [s["step"] for s in r["steps"]] == list(range(STEPS))
         for s in r["steps"]:
-            assert s["buckets"] and all(s[k] is not None and s[k] > 0 for k in ("step_s", "compute_s", "encode_s"))
+            assert s["buckets"] and all(s[k] is not None and s[k] > 0 for k in ("step_s", "compute_s", "encode_s", "forward_s"))
+            # the forward ends before backward hands DDP any bucket
+            assert s["forward_s"] <= min(b["ready_s"] for b in s["buckets"]), s
             assert sum(b["numel"] for b in s["buckets"]) == sum(p.numel() for p in model.parameters())
             for b in s["buckets"]:
                 assert b["reduce_bytes"] == 0 and b["gather_bytes"] == math.ceil(b["numel"] / 16) * 4, b
@@ -64,6 +66,7 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
         for name in ("encode", "collective", "decode"):
             assert sum(e["name"] == name for e in events) == sum(len(s["buckets"]) for r in data["ranks"]
                                                                   for s in r["steps"]), name
+        assert sum(e["name"] == "forward" for e in events) == NODES * STEPS
     shown = gctestbed("trace", "show", path, "--json")
     assert shown.returncode == 0, shown.stderr
     about = json.loads(shown.stdout)
@@ -127,6 +130,22 @@ def test_a_buckets_ready_time_is_when_backward_released_it(single_rank_group):
     second_at, first_at = ready[256 * 256 + 256], ready[64 * 256 + 256]
     assert FORWARD_S <= second_at < FORWARD_S + BACKWARD_S, ready
     assert first_at - second_at >= BACKWARD_S, ready
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_forward_time_is_the_forward_passes_alone(single_rank_group, parts):
+    """The worker's forward time, held against PausedChain's known pauses: one FORWARD_S per
+    forward pass (a method's micro-batches each run one), none of backward's BACKWARD_S."""
+    from torch.nn.parallel import DistributedDataParallel
+    from gctestbed.worker import forward_backward
+
+    model = DistributedDataParallel(PausedChain(torch.nn.Linear(64, 256), torch.nn.Linear(256, 256)))
+    x, y = torch.rand(8, 64), torch.rand(8, 256)
+    start = time.perf_counter()
+    _, forward_s = forward_backward(model, lambda out, t: (out - t).square().mean(), x, y, parts)
+    took = time.perf_counter() - start
+    assert parts * FORWARD_S <= forward_s < parts * FORWARD_S + BACKWARD_S / 2, forward_s
+    assert took >= parts * (FORWARD_S + BACKWARD_S)      # the backward pauses did run, outside the forward time
 
 
 

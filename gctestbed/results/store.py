@@ -18,10 +18,10 @@ from typing import Any, Iterable
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
-               "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s")
+               "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s", "forward_s")
 SERVER_STEP_FIELDS = ("sum_s", "wait_s", "send_s", "messages", "push_bytes", "pull_bytes", "tx_bytes", "rx_bytes")
 
 SCHEMA = """
@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS steps (
     pull_s        REAL,          -- ... and waiting for the pulls after them (server sums included)
     sync_s        REAL,          -- local SGD, DiLoCo: averaging the model after the optimizer step
     behind_s      REAL,          -- a replay: how far its latest hand-over of a gradient came past the recorded moment
+    forward_s     REAL,          -- the step's forward passes, each from the module's forward to its loss (part of compute_s)
     PRIMARY KEY (run_id, rank, step)
 );
 CREATE TABLE IF NOT EXISTS server_steps (  -- a parameter server's share of each step
@@ -264,7 +265,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("nodes", "uss_bytes", "INTEGER"), ("exchanges", "ready_s", "REAL"),
                                 ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL"),
                                 ("exchanges", "start_s", "REAL"), ("exchanges", "done_s", "REAL"),
-                                ("exchanges", "payloads", "TEXT"), ("steps", "behind_s", "REAL")):
+                                ("exchanges", "payloads", "TEXT"), ("steps", "behind_s", "REAL"),
+                                ("steps", "forward_s", "REAL")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
