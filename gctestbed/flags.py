@@ -141,6 +141,11 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
     if options["real"] and options["codec"] == "recorded":
         raise SpecError("a mixed run's real ranks run the method for real, so the replaying ranks must too: "
                         "leave out codec=recorded when real=N.")
+    if options["real"] and options["optim"] == "recorded":
+        raise SpecError("a mixed run's replicas stay equal only if every rank updates its model: leave out "
+                        "optim=recorded when real=N.")
+    if options["optim"] == "recorded" and any(s.get("optim_s") is None for r in trace["ranks"] for s in r["steps"]):
+        raise SpecError(f"optim=recorded waits the trace's optimizer times, and trace {options['trace']} lacks some.")
     if options["real"]:
         job = trace["job"]
         if job["workload"] not in workloads.names() or job["workload"] == "replay":

@@ -122,6 +122,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)
     optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
                                  compressor.momentum_inside, spec.compressor)
+    if work.optimizer:                           # a replay's recorded optimizer times stand in for the update
+        optimizer = work.optimizer(optimizer)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
     for step in range(spec.steps):
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))

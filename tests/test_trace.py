@@ -182,10 +182,44 @@ def test_a_replay_is_checked_against_its_trace_in_one_sentence(tmp_path):
                           ({"replay": f"{path},real=3"}, "more real ranks than --nodes 2"),
                           ({"replay": f"{path},real=1", "batch_size": "8"}, "use its --batch-size 16"),
                           ({"replay": f"{path},real=1,codec=recorded"}, "leave out codec=recorded when real=N"),
+                          ({"replay": f"{path},optim=maybe"}, "optim must be real or recorded"),
+                          ({"replay": f"{path},optim=recorded"}, "lacks some"),        # the tiny trace has no optim_s
                           ({"replay": path, "compressor": "twobit", "dilate": "4"}, "replay twobit with codec=recorded"),
                           ({"replay": f"{path},real=1", "dilate": "4"}, "cannot stretch a mixed run")):
         with pytest.raises(SpecError, match=words):
             flags.build_spec(**{"steps": "2", **kwargs})
+
+
+def test_a_recorded_optimizer_waits_the_recorded_times_scaled_and_updates_nothing(tmp_path):
+    """optim=recorded, held against the clock: each step takes the recorded rank's optimizer time
+    that step x scale (hand-written: 40 and 80 ms, x 2), and the parameters stay as they were."""
+    from gctestbed import flags, workloads
+    from gctestbed.spec import SpecError
+    path = tmp_path / "t.json"
+    trace = tracefile.load(_tiny_trace(path))
+    for s, optim_s in zip(trace["ranks"][0]["steps"], (0.04, 0.08)):
+        s["optim_s"] = optim_s
+    tracefile.save(trace, str(path))
+    spec = flags.build_spec(replay=f"{path},optim=recorded,scale=2", steps="2")
+    work = workloads.build("replay", spec.workload_options, seed=0, rank=1, batch_size=16)   # rank 1: recorded rank 1 mod 1
+    model = work.model
+    real = torch.optim.SGD(model.parameters(), lr=1.0)
+    optimizer = work.optimizer(real)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in model.parameters()]
+    for want in (0.08, 0.16):
+        start = time.perf_counter()
+        optimizer.step()
+        took = time.perf_counter() - start
+        assert want <= took < want + 0.03, (want, took)
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    assert workloads.build("replay", flags.build_spec(replay=str(path), steps="2").workload_options, seed=0, rank=0,
+                           batch_size=16).optimizer is None                 # the default: the real optimizer
+    with pytest.raises(SpecError, match="leave out optim=recorded when real=N"):
+        flags.build_spec(replay=f"{path},optim=recorded,real=1", steps="2")
 
 
 def test_a_sweep_of_a_recorded_codec_labels_its_cells_with_the_traces_method(tmp_path):

@@ -441,4 +441,5 @@ def replayed(spec: RunSpec) -> str | None:
     o = spec.workload_options
     scale = f", scale={o['scale']:g}" if o.get("scale", 1.0) != 1.0 else ""
     real = f", real={o['real']}" if o.get("real") else ""
-    return f"{os.path.basename(o['trace'])} (compute={o['compute']}, codec={o.get('codec', 'real')}{scale}{real})"
+    optim = ", optim=recorded" if o.get("optim") == "recorded" else ""
+    return f"{os.path.basename(o['trace'])} (compute={o['compute']}, codec={o.get('codec', 'real')}{optim}{scale}{real})"

@@ -38,6 +38,8 @@ class Workload:
     codec: dict[str, Any] | None = None
     # figures of the step the workload measures itself, for the step's row (a replay: behind_s)
     step_stats: Callable[[], dict[str, float]] | None = None
+    # a replay's recorded optimizer (optim=recorded): given the real optimizer, what the worker steps instead
+    optimizer: Callable[[Any], Any] | None = None
 
 
 _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),

@@ -25,6 +25,7 @@ from ..tracefile import load
 
 COMPUTES = ("sleep", "spin")
 CODECS = ("real", "recorded")
+OPTIMS = ("real", "recorded")
 
 
 @dataclass
@@ -37,6 +38,9 @@ class ReplayOptions:
     #                            times (compress/recorded.py: a GPU trace on a CPU host, or dilated)
     real: int = 0              # ranks 0 .. real-1 run the recorded model for real (a mixed run: one real
     #                            node's compute contends with communication against a replayed cluster)
+    optim: str = "real"        # real: the optimizer steps the replay's parameters on this host (a CPU run's,
+    #                            whose time is this host's, and / K when dilated); recorded: each step waits
+    #                            the recorded optimizer time x scale instead (a GPU's optimizer, or dilated)
 
     def __post_init__(self):
         if not self.trace:
@@ -45,6 +49,8 @@ class ReplayOptions:
             raise ValueError(f"compute must be sleep or spin, got {self.compute!r}")
         if self.codec not in CODECS:
             raise ValueError(f"codec must be real or recorded, got {self.codec!r}")
+        if self.optim not in OPTIMS:
+            raise ValueError(f"optim must be real or recorded, got {self.optim!r}")
         if self.real < 0:
             raise ValueError(f"real counts ranks that run the model, got {self.real}")
         if not self.scale > 0:
@@ -194,7 +200,36 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float | None]:
         return {"loss": None, "accuracy": None}
 
-    return model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats
+    return (model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats,
+            recorded_optimizer(trace, rank, o))
+
+
+class RecordedOptimizer:
+    """Stands in for a replayed rank's optimizer (optim=recorded): each step waits what the
+    recorded rank's optimizer took that step, x scale, and updates nothing (a replay's parameters
+    and loss mean nothing). zero_grad is the real optimizer's, so gradients are cleared as DDP
+    expects."""
+
+    def __init__(self, inner, times: list[float], scale: float, spin: bool):
+        self.inner, self.times, self.scale, self.wait, self.steps = inner, times, scale, Waiter(spin), 0
+
+    def step(self) -> None:
+        self.wait.wait(self.scale * self.times[self.steps])
+        self.steps += 1
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+
+def recorded_optimizer(trace: dict, rank: int, o: ReplayOptions):
+    """What stands in for the optimizer of rank ``rank`` (the recorded rank r mod p's times), or
+    None when the optimizer runs for real."""
+    if o.optim != "recorded":
+        return None
+    times = [s.get("optim_s") for s in trace["ranks"][rank % len(trace["ranks"])]["steps"]]
+    if any(t is None for t in times):
+        raise ValueError("optim=recorded: the trace has steps without an optimizer time")
+    return lambda inner: RecordedOptimizer(inner, times, o.scale, o.compute == "spin")
 
 
 def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
