@@ -136,8 +136,12 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
-    if comm != "allreduce" or microbatches > 1:
-        raise SpecError("replay runs over the ring (--comm allreduce) with a method of one backward per step, for now.")
+    if comm not in ("allreduce", "ps") or microbatches > 1:
+        raise SpecError("replay runs over the ring or parameter servers (--comm allreduce or ps) with a method of one "
+                        "backward per step, for now.")
+    if options["codec"] == "recorded" and comm != trace["job"].get("comm", "allreduce"):
+        raise SpecError(f"codec=recorded sends what the trace's ranks sent over --comm {trace['job'].get('comm', 'allreduce')}: "
+                        "replay it over the same --comm, or use codec=real.")
     if options["real"] and options["codec"] == "recorded":
         raise SpecError("a mixed run's real ranks run the method for real, so the replaying ranks must too: "
                         "leave out codec=recorded when real=N.")

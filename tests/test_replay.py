@@ -279,3 +279,37 @@ def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, 
     assert mixed.returncode == 0, mixed.stderr
     digests, losses = _nodes_and_losses(tmp_path / "mixed")
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
+
+
+def _server_rx(results_dir) -> float:
+    """The parameter server's interface bytes received per step (its eth0 counters), median after step 1."""
+    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
+    try:
+        return statistics.median(r for (r,) in conn.execute("SELECT rx_bytes FROM server_steps WHERE step>=2"))
+    finally:
+        conn.close()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, state_dir):
+    """A trace of twobit pushed to a parameter server (MXNet's arrangement), replayed with
+    codec=recorded over --comm ps: the server's interface receives what it received from the real
+    run (within 1 %, its kernel counters). A trace with halved payloads does not pass: the server
+    decodes every push with the method's own rule, and half a twobit payload is too short for its
+    elements, so that run stops. Replaying it over the ring is refused: its payloads were pushes."""
+    ps = ("--nodes", "2", "--bw", "1gbit", "--steps", "6", "--no-calibrate", "--comm", "ps")
+    small = "mlp:width=512,depth=2,input_dim=256"
+    rec = gctestbed("run", *ps, "--compressor", "twobit", "--workload", small, "--results", str(tmp_path / "real"),
+                    "--record-trace", str(tmp_path / "t.json"))
+    assert rec.returncode == 0, rec.stderr
+    _halved(str(tmp_path / "t.json"), str(tmp_path / "half.json"))
+    rep = gctestbed("run", *ps, "--replay", f"{tmp_path / 't.json'},codec=recorded", "--results", str(tmp_path / "t"))
+    assert rep.returncode == 0, rep.stderr
+    real, replayed = _server_rx(tmp_path / "real"), _server_rx(tmp_path / "t")
+    assert abs(replayed / real - 1) < 0.01, (replayed, real)
+    half = gctestbed("run", *ps, "--replay", f"{tmp_path / 'half.json'},codec=recorded", "--results", str(tmp_path / "half"))
+    assert half.returncode != 0 and "fewer than the" in half.stderr, half.stderr     # the planted bug
+    ring = gctestbed("run", "--nodes", "2", "--steps", "6", "--replay", f"{tmp_path / 't.json'},codec=recorded",
+                     "--results", str(tmp_path / "ring"))
+    assert ring.returncode != 0 and "replay it over the same --comm" in ring.stderr, ring.stderr
