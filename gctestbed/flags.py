@@ -63,7 +63,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     comm_name, comm_options = comms.resolve(comm)
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if trace is not None:
-        bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, method.microbatches,
+        bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, comm_options, method.microbatches,
                                     _int("--nodes", nodes), batch_size)
     if command:                     # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
@@ -129,7 +129,7 @@ def _recorded_method(trace: dict, typed: str, name: str, options: dict) -> tuple
     return recorded
 
 
-def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, microbatches: int, nodes: int,
+def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, comm_options: dict, microbatches: int, nodes: int,
                 batch_size):
     """Check a replay against its trace; the bucket cap the trace's DDP used and the batch it
     replays where none was typed (left at the default, even typed as such). One sentence otherwise."""
@@ -142,6 +142,11 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, mic
     if options["codec"] == "recorded" and comm != trace["job"].get("comm", "allreduce"):
         raise SpecError(f"codec=recorded sends what the trace's ranks sent over --comm {trace['job'].get('comm', 'allreduce')}: "
                         "replay it over the same --comm, or use codec=real.")
+    recorded_ps = trace["job"].get("comm_options") or {}
+    if options["codec"] == "recorded" and comm == "ps" and (
+            comm_options != recorded_ps or recorded_ps.get("servers") != 1 or recorded_ps.get("pull") != "dense"):
+        raise SpecError("codec=recorded replays the trace's own parameter servers, of one server with dense pulls, for now "
+                        "(pushes split over servers or pulled compressed are not replayed): use codec=real.")
     if options["real"] and options["codec"] == "recorded":
         raise SpecError("a mixed run's real ranks run the method for real, so the replaying ranks must too: "
                         "leave out codec=recorded when real=N.")

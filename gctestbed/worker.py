@@ -17,7 +17,7 @@ import resource
 import sys
 import time
 from datetime import timedelta
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import psutil
 import torch
@@ -52,30 +52,39 @@ def param_digest(model: torch.nn.Module) -> str:
 
 
 def forward_backward(model: DDP, loss_fn, x: torch.Tensor, y: torch.Tensor, parts: int,
-                     sync=lambda: None) -> tuple[torch.Tensor, float]:
+                     cuda: bool = False) -> tuple[torch.Tensor, Callable[[], float]]:
     """One step's gradient, from ``parts`` micro-batches when a method needs their statistics,
     with one gradient exchange per step whatever ``parts`` is. DDP decides in the forward whether
     the next backward synchronises, so every micro-batch but the last runs forward *and* backward
     inside ``no_sync``; a forward outside it would make each backward exchange its buckets (each
-    from one micro-batch). Returns the batch's mean loss and the seconds its forward passes took,
-    each from where the wrapped module's forward began (after DDP's own preparation, its buffer
-    broadcast: the origin of the hook's ready times) to its loss (``sync`` ends a GPU's queued
-    work, so that is the forward's own)."""
+    from one micro-batch). Returns the batch's mean loss and what gives the seconds its forward
+    passes took, each from where the wrapped module's forward began (after DDP's own preparation,
+    its buffer broadcast: the origin of the hook's ready times) to its loss. On a GPU those are
+    CUDA events, read once the step's work is done (call it after synchronising), so the forward
+    is timed without stopping the GPU between forward and backward."""
+    def mark():
+        if not cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     xs, ys = x.chunk(parts), y.chunk(parts)
-    total, forward_s, began = 0.0, 0.0, []
-    handle = getattr(model, "module", model).register_forward_pre_hook(lambda m, a: began.append(time.perf_counter()))
+    total, spans = 0.0, []
+    handle = getattr(model, "module", model).register_forward_pre_hook(lambda m, a: spans.append([mark(), None]))
     try:
         for i, (xi, yi) in enumerate(zip(xs, ys)):
             last = i + 1 == len(xs)
             with contextlib.nullcontext() if last else model.no_sync():
                 loss = loss_fn(model(xi), yi) / len(xs)
-                sync()
-                forward_s += time.perf_counter() - began[-1]
+                spans[-1][1] = mark()
                 loss.backward()
             total = total + loss.detach()
     finally:
         handle.remove()
-    return total, forward_s
+    if cuda:
+        return total, lambda: sum(a.elapsed_time(b) for a, b in spans) / 1e3
+    return total, lambda: sum(b - a for a, b in spans)
 
 
 def exchange_failed(error: BaseException, rank: int, step: int) -> str:
@@ -130,9 +139,9 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         try:
-            loss, forward_s = forward_backward(model, work.loss_fn, x, y, compressor.microbatches, sync)
+            loss, forward_time = forward_backward(model, work.loss_fn, x, y, compressor.microbatches, device.type == "cuda")
             sync()
-            compute_s = laps.lap()
+            compute_s, forward_s = laps.lap(), forward_time()
         except RuntimeError:             # DDP re-raises the hook's failure, garbled: report the hook's own
             if comm.failure is None:
                 raise

@@ -313,3 +313,8 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     ring = gctestbed("run", "--nodes", "2", "--steps", "6", "--replay", f"{tmp_path / 't.json'},codec=recorded",
                      "--results", str(tmp_path / "ring"))
     assert ring.returncode != 0 and "replay it over the same --comm" in ring.stderr, ring.stderr
+    # pushes split over two servers, or pulled compressed, are not what the trace sent: refused (they crashed)
+    for comm in ("ps:servers=2", "ps:pull=compressed"):
+        other = gctestbed("run", "--nodes", "2", "--steps", "6", "--comm", comm, "--replay", f"{tmp_path / 't.json'},codec=recorded",
+                          "--results", str(tmp_path / "other"))
+        assert other.returncode != 0 and "of one server with dense pulls" in other.stderr, (comm, other.stderr)

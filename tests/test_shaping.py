@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -63,6 +64,22 @@ def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
         got = subprocess.run(["ip", "netns", "exec", node.netns, sys.executable, "-c", probe],
                              capture_output=True, text=True, check=True).stdout.strip()
         assert got == topology.TCP_CONGESTION_CONTROL == "cubic", got
+
+
+def test_a_lossy_path_is_calibrated_against_what_tcp_carries_through_its_loss(ledger):
+    """Through 0.5 % loss at a 10 ms round trip one cubic flow carries some 20 Mbit/s of a 1 Gbit/s
+    link (its Reno-friendly window, Mathis et al. 1997), so that is the path's target; a flow that
+    reached the shaped rate would mean the loss was not applied. The node's congestion control
+    matters: BBR ignores random loss and ran at the link's rate."""
+    from gctestbed.net import calibrate
+    topo = TopologySpec.star(2, LinkSpec(bw_bps=1_000_000_000, latency_s=0.005, loss_pct=0.5))
+    net = build(ledger, topo)
+    for p in calibrate.calibrate(topo, net.nodes):
+        # by hand: frames of 1514 bytes, 1.22 / sqrt(0.005) of them a round trip (cubic's own window is smaller here)
+        mathis = 1514 * 8 * 1.22 / math.sqrt(0.005) / p.rtt_idle_s
+        assert p.loss_limited and p.target_bps == pytest.approx(mathis, rel=0.01), (p.target_bps, mathis)
+        assert p.wire_bps < 0.1 * 1_000_000_000, p.wire_bps          # the loss bites: far below the link
+        assert p.miss is None, p.miss
 
 
 def test_teardown_leaves_nothing(state_dir):

@@ -15,7 +15,7 @@ from .. import compress, flags, results, runner, tracefile
 from .. import trace as trace_
 from .. import sweep as sweep_
 from .. import verify as verify_
-from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, format_duration, format_rate, parse_rate
+from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, UserError, format_duration, format_rate, parse_rate
 
 from . import console, main
 from .options import calibration_options, cpus_option, dilate_option, network_options, training_options
@@ -172,17 +172,17 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
     name = name or grid.default_name()
     cells = sweep_.plan(grid)
     left = sweep_.todo(cells, name, results_dir, retry_failed)
-    if trace_dir:
-        why = next((w for w in map(trace_.untraceable, (c.spec for c in cells)) if w), None)
-        if why:
-            raise SpecError(f"--record-traces cannot trace this sweep's cells, because {why}: leave it out.")
-        os.makedirs(trace_dir, exist_ok=True)
+    why = next((w for w in map(trace_.untraceable, (c.spec for c in cells)) if w), None) if trace_dir else None
+    if why:
+        raise SpecError(f"--record-traces cannot trace this sweep's cells, because {why}: leave it out.")
     console.print(f"[bold]sweep {name}[/]: {len(cells)} cells, {len(cells) - len(left)} already done, "
                   f"{len(left)} to run ({results_dir})")
     if dry_run:
         for c in left:
             click.echo(f"{c.repeat}  {c.key}")
         return
+    if trace_dir:
+        os.makedirs(trace_dir, exist_ok=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   TextColumn("{task.fields[info]}"), console=console) as bar:
         task = bar.add_task(name, total=len(cells), completed=len(cells) - len(left), info="")
@@ -202,8 +202,12 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
             if summary.status != "ok":
                 console.print(f"cell {escape(cell.key)} failed: {escape(summary.error or '')}")
             elif trace_dir:
-                _save_trace(results_dir, summary.run_id,
-                            os.path.join(trace_dir, f"{cell.spec.compressor}-{summary.run_id}.json.gz"))
+                try:
+                    _save_trace(results_dir, summary.run_id,
+                                os.path.join(trace_dir, f"{cell.spec.compressor}-{summary.run_id}.json.gz"))
+                except UserError as e:     # the cell stays done; the sweep goes on
+                    console.print(f"no trace of run {summary.run_id}: {escape(str(e))} ('gctestbed trace record "
+                                  f"{summary.run_id}' writes it once that is fixed)")
 
         try:
             counts = sweep_.run(grid, name, left, started, done)

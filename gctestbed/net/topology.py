@@ -230,7 +230,8 @@ def _tune_tcp(network: Network, ns: str, limit: int) -> None:
         namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
     except OSError as e:
         raise RuntimeError(f"this kernel cannot give the nodes TCP congestion control {TCP_CONGESTION_CONTROL} "
-                           f"({e.strerror or e}); load its module (modprobe tcp_{TCP_CONGESTION_CONTROL}).") from None
+                           f"({e.strerror or e}): its module may be missing (modprobe tcp_{TCP_CONGESTION_CONTROL}), "
+                           "or the kernel may be older than 4.15, which sets it for every namespace at once.") from None
     network.tcp_buffers[ns] = limit
 
 
