@@ -46,7 +46,7 @@ def test_applied_configuration_is_read_back_from_the_kernel(ledger):
 
 def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
     """A namespace inherits the host's congestion control; a host set to BBR (these VMs are) gave the
-    nodes BBR, which paces by its own clock and left dilated replays 14 % slow (docs/replay.md).
+    nodes BBR, which paces by its own clock and left dilated replays 12-16 % slow (docs/replay.md).
     The host is set to reno here, so a node that kept the inherited one fails."""
     key = "/proc/sys/net/ipv4/tcp_congestion_control"
     with open(key) as f:

@@ -14,12 +14,11 @@ idle and under that load (iputils ping when installed, else a UDP echo).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, fields
-
-import math
 
 from ..spec import TopologySpec
 from . import measure, namespaces
@@ -42,12 +41,11 @@ class PathResult:
     goodput_bps: float
     rtt_idle_s: float | None
     rtt_loaded_s: float | None
+    loss_limited: bool = False       # the target is loss_limited_bps, below the path's rate
 
     @property
     def rate_error(self) -> float | None:
         return None if self.wire_bps is None else (self.wire_bps - self.target_bps) / self.target_bps
-
-    loss_limited: bool = False       # the target is loss_limited_bps, below the path's rate
 
     @property
     def miss(self) -> str | None:
@@ -100,8 +98,7 @@ def path_loss(topo: TopologySpec, src: int, dst: int) -> float:
     return 1 - math.prod(1 - d.loss_pct / 100 for d in topo.path(src, dst))
 
 
-# CUBIC's constants (RFC 8312: C = 0.4, beta = 0.7) and the segment a 1500-byte MTU carries with timestamps
-CUBIC_C, CUBIC_BETA, MSS_BYTES = 0.4, 0.7, 1448
+CUBIC_C, CUBIC_BETA = 0.4, 0.7        # CUBIC's constants (RFC 8312)
 
 
 def loss_limited_bps(rtt_s: float, loss: float) -> float:

@@ -34,7 +34,7 @@ TCP_BUFFER_FLOOR = 6 << 20      # never below Linux's usual autotuning maximum
 # Every node's TCP congestion control: Linux's default, what a cluster's hosts run unless tuned. A new
 # namespace inherits the host's choice instead, and a host set to BBR (this project's VMs are) gives
 # the nodes a congestion control that paces by its own clock, in host time: under --dilate 4 it left
-# a link-bound replay 14 % slower than undilated, where cubic's was within 2 % (docs/replay.md).
+# a link-bound replay 12-16 % slower than undilated, where cubic's was within 2 % (docs/replay.md).
 TCP_CONGESTION_CONTROL = "cubic"
 
 
