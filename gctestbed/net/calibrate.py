@@ -122,8 +122,9 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
         idle = measure.median(measure.rtt_s(a.netns, b.netns, b.address, count=10))
         loss = path_loss(topo, src, dst)
         # through loss, what the flow can carry at the round trip it meets (measured: the host adds its own)
-        lossy = loss > 0 and loss_limited_bps(max(idle or rtt, rtt, 1e-4), loss) < rate
-        target = round(loss_limited_bps(max(idle or rtt, rtt, 1e-4), loss)) if lossy else rate
+        carried = loss_limited_bps(max(idle or rtt, rtt, 1e-4), loss) if loss > 0 else rate
+        lossy = carried < rate
+        target = round(carried) if lossy else rate
         if use_iperf:
             flow = _iperf3(a, b, seconds, warmup_s)
         else:
