@@ -9,8 +9,8 @@ the trace's are seconds.
 One process per rank (``pid`` = the rank), named by ``process_name`` metadata. In it, thread 0
 ("training") holds each step, its forward and backward (``compute_s``) with the forward's part
 first (``forward_s``; the sum of a method's micro-batches' forwards, which interleave with
-backward), in serial mode the
-exchange after backward, the optimizer and local SGD's averaging (``sync_s``); thread 1 + k holds
+backward), in serial mode the exchange after backward, the optimizer and local SGD's averaging
+(``sync_s``); thread 1 + k holds
 DDP's bucket k: when the hook got it (an instant at ``ready_s``), its encode (from ``start_s``,
 ``encode_s`` long), its collective (encode's end to decode's start; "push+pull" under ``--comm
 ps``) and its decode (``decode_s`` long, ending at ``done_s``). A bucket has a thread of its own

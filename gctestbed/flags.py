@@ -136,7 +136,7 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
-    if comm not in ("allreduce", "ps") or microbatches > 1:
+    if comm not in workloads.replay.COMMS or microbatches > 1:
         raise SpecError("replay runs over the ring or parameter servers (--comm allreduce or ps) with a method of one "
                         "backward per step, for now.")
     if options["codec"] == "recorded" and comm != trace["job"].get("comm", "allreduce"):

@@ -244,6 +244,12 @@ class Direction:
         return Direction(max(1, round(self.rate_bps / k)), self.delay_s * k, self.jitter_s * k, self.loss_pct)
 
 
+def series_loss_pct(losses_pct) -> float:
+    """The loss, in percent, of losses in percent met one after another (hops of a path, a fault
+    on a lossy link): each passes what the one before let through."""
+    return 100 * (1 - math.prod(1 - p / 100 for p in losses_pct))
+
+
 @dataclass
 class Hop:
     """A cable between two ends A and B; ``ab`` shapes A to B, ``ba`` B to A."""

@@ -36,7 +36,7 @@ def untraceable(spec: RunSpec) -> str | None:
         return "it runs your own program, whose compute gctestbed does not see"
     if spec.dilate != 1:
         return f"it is dilated x{spec.dilate:g}"
-    if spec.comm not in ("allreduce", "ps"):
+    if spec.comm not in workloads.replay.COMMS:
         return f"it exchanges with --comm {spec.comm}, which a replay does not"
     return None
 

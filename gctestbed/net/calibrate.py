@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, fields
 
-from ..spec import TopologySpec
+from ..spec import TopologySpec, series_loss_pct
 from . import measure, namespaces
 from .shaping import FRAME_BYTES
 
@@ -95,7 +95,7 @@ def targets(topo: TopologySpec, src: int, dst: int) -> tuple[int, float]:
 
 def path_loss(topo: TopologySpec, src: int, dst: int) -> float:
     """The share of packets the path src -> dst loses, its hops' losses together."""
-    return 1 - math.prod(1 - d.loss_pct / 100 for d in topo.path(src, dst))
+    return series_loss_pct(d.loss_pct for d in topo.path(src, dst)) / 100
 
 
 CUBIC_C, CUBIC_BETA = 0.4, 0.7        # CUBIC's constants (RFC 8312)

@@ -10,6 +10,7 @@ which every lossy cable then passes through (topology.build, ``lossy``).
 from __future__ import annotations
 
 from . import delayline, namespaces, shaping
+from ..spec import series_loss_pct
 from .topology import Network
 
 
@@ -36,4 +37,4 @@ def apply(network: Network, rank: int, kind: str, active: bool, pct: float = 0.0
 
 def _combined(base_pct: float, extra_pct: float) -> float:
     """The loss of a link that already lost ``base_pct`` when a fault adds ``extra_pct``."""
-    return 100 * (1 - (1 - base_pct / 100) * (1 - extra_pct / 100))
+    return series_loss_pct((base_pct, extra_pct))

@@ -26,6 +26,7 @@ from ..tracefile import load
 COMPUTES = ("sleep", "spin")
 CODECS = ("real", "recorded")
 OPTIMS = ("real", "recorded")
+COMMS = ("allreduce", "ps")     # the exchanges a trace is recorded over and a replay runs over
 
 
 @dataclass
