@@ -159,7 +159,8 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
     ones that only lost their peer (a collective timed out or its connection closed, or Gloo
     aborted after that) are consequences, not causes. A stopped node comes first, then one that
     said why it stopped (a "gctestbed:" line: bad gradients, a full store), then one killed by a
-    signal, then one that failed on its own; a node that only gave up waiting is blamed last, and
+    signal, then one that failed on its own; a node that only gave up waiting is blamed last (also
+    when it then crashed at exit: Gloo's threads can abort or segfault a process that lost its peer), and
     then a node still there, hung, once the others have had a moment to fail too, is named instead."""
     stopped = _stopped(procs, codes)
     if stopped:
@@ -167,11 +168,11 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
     tails = {r: read_text(os.path.join(run_dir, f"node{r}.log")).splitlines()[-30:] for r in codes}
 
     def standing(r: int) -> int:
-        last = next((line for line in reversed(tails[r]) if line.strip()), "")
         waited = any(k in line.lower() for line in tails[r] for k in _CONSEQUENCES)
-        if last.startswith("gctestbed:") and "gradient exchange failed" not in last:
+        if _own_reason(tails[r]):
             return 0
-        if codes[r] < 0 and codes[r] != -signal.SIGABRT:
+        lost_peer = any("gradient exchange failed" in line for line in tails[r])
+        if codes[r] < 0 and codes[r] != -signal.SIGABRT and not lost_peer:
             return 1
         return 4 if waited else 3 if codes[r] == -signal.SIGABRT else 2
 
@@ -235,8 +236,19 @@ def _exit_text(code: int) -> str:
     return f"exited with code {code}"
 
 
+def _own_reason(lines: list[str]) -> str | None:
+    """The line in which a node said why it stopped (bad gradients, a full store), if it did; not one
+    that says only that its exchange with a peer failed. Other lines may follow it (a collective's
+    threads reporting at exit), so the last line alone does not tell."""
+    return next((line.strip() for line in reversed(lines) if line.startswith("gctestbed:")
+                 and "gradient exchange failed" not in line), None)
+
+
 def _log_tail(path: str) -> str:
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    reason = _own_reason(lines[-30:])
+    if reason:
+        return f"; its log says: {reason[:300]}"
     return f"; its log ends: {lines[-1][:300]}" if lines else ""
 
 

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 
+from gctestbed import runner
 from gctestbed.compress import hook
 from gctestbed.compress.base import Bucket
 from helpers import gctestbed, leftovers, show
@@ -40,6 +41,36 @@ def test_check_counts_the_bad_values():
     grad[9] = float("-inf")
     with pytest.raises(hook.NonFiniteGradient, match="rank 2 step 5 bucket 1: 3 of 1000"):
         hook.check_finite(grad, Bucket(key=1, shapes=[], step=5, rank=2))
+
+
+class _Exited:
+    def __init__(self, code):
+        self.code, self.pid = code, -1
+
+    def poll(self):
+        return self.code
+
+
+LOST_PEER = "gctestbed: rank 0 step 3: the gradient exchange failed: Connection closed by peer [10.0.0.2]:4321\n"
+SAID_WHY = "step 2\ngctestbed: rank 1 step 3 bucket 0: 1 of 16640 values are NaN or Inf\n"
+ABORTED = "terminate called without an active exception\nFatal Python error: Aborted\n"
+
+
+@pytest.mark.parametrize("logs, codes", [
+    ((LOST_PEER, SAID_WHY), (1, 1)),
+    ((LOST_PEER, SAID_WHY + ABORTED), (1, -6)),      # node 1's threads wrote after its own line, and aborted it
+    ((LOST_PEER + ABORTED, SAID_WHY), (-11, 1)),     # node 0 crashed at exit after losing its peer
+    ((LOST_PEER, "step 2\n"), (-11, -9)),            # node 1 killed (a fault), node 0 crashed after it
+], ids=["plain", "cause-aborted-after", "victim-segfaulted", "cause-killed"])
+def test_the_node_that_caused_it_is_blamed_whatever_its_log_ends_with(tmp_path, logs, codes):
+    """Node 1 failed; node 0 only lost its peer. Every arrangement here was seen in CI or in a
+    fault run: the blame must not turn to node 0."""
+    for r, text in enumerate(logs):
+        (tmp_path / f"node{r}.log").write_text(text)
+    rank, how = runner._blame({r: _Exited(c) for r, c in enumerate(codes)}, dict(enumerate(codes)), str(tmp_path), None)
+    assert rank == 1
+    if "NaN" in logs[1]:
+        assert "rank 1 step 3 bucket 0" in runner._log_tail(str(tmp_path / "node1.log"))
 
 
 @pytest.mark.root
