@@ -103,6 +103,24 @@ def test_the_model_fitted_on_two_node_counts_predicts_the_others(tmp_path):
     assert bad.returncode == 2 and "leaving others to test on" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_the_held_out_model_takes_a_cells_median_over_its_repeats(tmp_path):
+    """Each cell run three times, one of the three runs of every 4-node cell slow in its
+    collectives (+60 %): the cell's median is the clean run, so the fit and every prediction
+    stay what the clean cells give; fitted on each run as it comes, the slow one sets α."""
+    import dataclasses
+    synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
+    clean = cells.load(str(tmp_path))
+    slow = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-slow", step_s=r.step_s + 0.6 * r.comm_s,
+                                comm_s=1.6 * r.comm_s) for r in clean if r.nodes == 4]
+    again = [dataclasses.replace(r, repeat=2, run_id=r.run_id + "-again") for r in clean]
+    merged = model.per_cell(clean + slow + again)
+    assert len(merged) == len(clean)
+    assert sorted(r.step_s for r in merged) == pytest.approx(sorted(r.step_s for r in clean))
+    held = model.held_out(clean + slow + again, {2, 4})
+    assert all(v["median_abs_error"] < 0.01 for v in held["by_nodes"].values()), held["by_nodes"]
+    assert held["alpha_s"] == pytest.approx(synthetic.ALPHA_S, rel=0.01)
+
+
 def test_convergence_flag_when_faster_but_worse(tmp_path):
     synthetic.fill(str(tmp_path), loss_of=lambda method, step: 2.3 - (0.02 if method == "twobit" else 0.1) * step)
     curves = breakeven.curves(cells.load(str(tmp_path)))

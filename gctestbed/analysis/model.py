@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..spec import LOCAL_COMMS
@@ -290,6 +291,25 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", m
     return step_time(scaled, whole, whole * share, mode, f.lam, f.variant)
 
 
+CELL = ("workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode", "optimizer", "comm",
+        "servers", "dilate")
+
+
+def per_cell(rows: list[Row]) -> list[Row]:
+    """One row per cell: a cell's repeats merged into the median of each measured figure (a figure
+    that some repeat lacks is the median of those that have it)."""
+    cells: dict[tuple, list[Row]] = {}
+    for r in rows:
+        cells.setdefault(tuple(getattr(r, k) for k in CELL), []).append(r)
+    measured = [f.name for f in dataclasses.fields(Row) if f.name not in CELL and f.type in ("float", "float | None")]
+    out = []
+    for runs in cells.values():
+        merged = {k: statistics.median(v) for k in measured
+                  if (v := [getattr(r, k) for r in runs if getattr(r, k) is not None])}
+        out.append(dataclasses.replace(runs[0], **merged))
+    return out
+
+
 def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dict | None:
     """The model where it was not fitted: λ, α, η and every phase fitted on the cells of
     ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
@@ -297,8 +317,10 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
     a gathering method's decode scaled with the nodes. Per node count: the median absolute error
     and each cell's. Also the measured speedup over none by node count, so whether a method's
-    advantage shrinks as nodes grow is seen measured, not only projected. None when the fitted
-    node counts have no serial none cells to fit on."""
+    advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
+    (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
+    count cannot set α on its own. None when the fitted node counts have no serial none cells to fit on."""
+    rows = per_cell(rows)
     train = [r for r in rows if r.nodes in fit_nodes]
     f = fit(train, variant)
     if f is None:
