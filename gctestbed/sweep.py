@@ -127,6 +127,13 @@ def from_preset(name: str, **shared) -> Grid:
                 bucket_cap_mb=p.get("bucket_cap_mb", flags.DEFAULTS["bucket_cap_mb"]), **shared)
 
 
+def repeat_seed(seed: str, repeat: int) -> str:
+    """Repeat k of a sweep runs with seed + k: its repeats are independent runs (another model
+    initialisation and data order), while the methods within one repeat share a seed, so they can
+    be compared pair by pair. The seed is the run's, recorded with it."""
+    return str(int(seed) + repeat) if str(seed).strip().lstrip("-").isdigit() else seed     # a bad one: build_spec says so
+
+
 def plan(grid: Grid) -> list[Cell]:
     """Every cell with its RunSpec, checked before anything runs (a typo fails the sweep at once)."""
     if grid.repeat < 1 or grid.steps < 1:
@@ -152,7 +159,7 @@ def plan(grid: Grid) -> list[Cell]:
                     params.pop(k)               # the cell's key as before the axis existed
             spec = flags.build_spec(nodes=params["nodes"], bw=params["bw"], latency=params["latency"],
                                     compressor=params["compressor"], workload=params["workload"], steps=str(grid.steps),
-                                    batch_size=params["batch_size"], lr=grid.lr, seed=grid.seed,
+                                    batch_size=params["batch_size"], lr=grid.lr, seed=repeat_seed(grid.seed, repeat),
                                     optimizer=params.get("optimizer", OPTIONAL_AXES["optimizer"]),
                                     comm=params.get("comm", OPTIONAL_AXES["comm"]),
                                     eval_every=grid.eval_every,
@@ -246,7 +253,7 @@ def node_args(cell: Cell, grid: Grid, calibrate: bool) -> list[str]:
     args = ["--bw", p["bw"], "--latency", p["latency"], "--compressor", p["compressor"], "--workload", p["workload"],
             "--batch-size", p["batch_size"], "--mode", p["mode"], "--optimizer", p.get("optimizer", OPTIONAL_AXES["optimizer"]),
             "--comm", p.get("comm", OPTIONAL_AXES["comm"]), "--steps", str(grid.steps), "--lr", grid.lr,
-            "--eval-every", grid.eval_every, "--seed", grid.seed, "--bucket-cap-mb", grid.bucket_cap_mb,
+            "--eval-every", grid.eval_every, "--seed", str(cell.spec.seed), "--bucket-cap-mb", grid.bucket_cap_mb,
             "--timeout", grid.timeout, "--kernels", grid.kernels, "--device", grid.device,
             "--backend", "nccl" if grid.device == "cuda" else "gloo", "--calibrate" if calibrate else "--no-calibrate"]
     return args + (["--accept-miss"] if grid.accept_miss else [])

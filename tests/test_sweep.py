@@ -29,6 +29,33 @@ def test_plan_is_the_product_with_repeats_outermost(tmp_path):
     assert cells[0].spec.link.bw_bps == 1_000_000_000
 
 
+def test_each_repeat_has_its_own_seed_and_every_method_of_a_repeat_shares_it(tmp_path):
+    """Repeats are independent runs (seed + k), methods within a repeat paired (one seed)."""
+    grid = _grid(tmp_path)
+    grid.repeat, grid.seed = 3, "7"
+    cells = sweep.plan(grid)
+    by_repeat = {r: {c.spec.seed for c in cells if c.repeat == r} for r in range(3)}
+    assert by_repeat == {0: {7}, 1: {8}, 2: {9}}
+    slurm = sweep.node_args(cells[-1], grid, calibrate=False)
+    assert slurm[slurm.index("--seed") + 1] == "9"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_repeated_cell_is_an_independent_run(tmp_path, state_dir):
+    """Two repeats of one cell start from different models and data: their first losses differ
+    (with one shared seed they would be the same to the last digit), and the store records each seed."""
+    proc = gctestbed("sweep", "--workload", SMALL, "--batch-size", "16", "--nodes", "2", "--bw", "1gbit",
+                     "--compressor", "none", "--mode", "serial", "--steps", "2", "--repeat", "2", "--seed", "3",
+                     "--calibrate", "none", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    from gctestbed.analysis import cells
+    rows = sorted(cells.load(str(tmp_path)), key=lambda r: r.repeat)
+    assert [(r.repeat, r.seed) for r in rows] == [(0, 3), (1, 4)]
+    assert rows[0].losses[0] != rows[1].losses[0]
+    assert leftovers() == []
+
+
 def test_a_typo_anywhere_fails_before_anything_runs(tmp_path):
     with pytest.raises(SpecError, match="unknown compressor 'fp61'"):
         sweep.plan(_grid(tmp_path, compressor=["none", "fp61"]))

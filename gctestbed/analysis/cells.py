@@ -68,6 +68,8 @@ class Row:
     averaged_share: float | None = None     # local SGD, DiLoCo: the share of steps that averaged (step_s,
                                             # expected_tx_bytes and reduce_calls are then means over periods)
     dilate: float = 1.0                     # --dilate K: every time here is already in emulated units (host / K)
+    seed: int = 0                           # the run's seed (a sweep's repeat k: its seed + k)
+    device: str = "cpu"                     # what computed the gradients: cpu | cuda
 
     @property
     def group(self) -> tuple:
@@ -125,7 +127,8 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             comm=spec.comm, servers=spec.servers, server_push_bytes=busiest["push_bytes"],
             server_pull_bytes=busiest["pull_bytes"], server_sum_s=busiest["sum_s"],
             pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
-            averaged_share=mean.get("averaged_share"), dilate=spec.dilate))
+            averaged_share=mean.get("averaged_share"), dilate=spec.dilate, seed=spec.seed,
+            device=spec.device))
     conn.close()
     return rows
 

@@ -24,7 +24,7 @@ NO_MODEL = ("no model: it takes compute, encode and decode times from serial cel
             "(and include none) to fit it")
 PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
-CSV_FIELDS = ("run_id", "sweep", "repeat", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
+CSV_FIELDS = ("run_id", "sweep", "repeat", "seed", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
               "busbw_fraction", "final_loss", "dilate")
 

@@ -134,7 +134,9 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--lr", default=flags.DEFAULTS["lr"], show_default=True, help="The optimizer's learning rate.")
 @click.option("--eval-every", default=flags.DEFAULTS["eval_every"], show_default=True,
               help="Evaluate every N steps, for time to accuracy (0: after the last step only).")
-@click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True, help="Seed of model and data.")
+@click.option("--seed", default=flags.DEFAULTS["seed"], show_default=True,
+              help="Seed of model and data of the first repeat; repeat k runs with seed + k (every method of a repeat "
+                   "shares its seed).")
 @click.option("--calibrate", type=click.Choice(sweep_.CALIBRATE), default="first", show_default=True,
               help="Calibrate links: at the first cell of each link setting, before every cell, or never.")
 @click.option("--accept-miss", is_flag=True, help="Train even when calibration misses.")
