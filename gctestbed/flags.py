@@ -63,14 +63,14 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     comm_name, comm_options = comms.resolve(comm)
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if trace is not None:
-        bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, comm_options, method.microbatches,
+        bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, comm_options, method.needs_own_loop(),
                                     _int("--nodes", nodes), batch_size)
     if command:                     # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":
             raise SpecError("--mode serial times gctestbed's own training loop: with '-- CMD' only overlap is possible.")
-        if compress.create(comp_name, comp_options).microbatches > 1:
-            raise SpecError(f"{comp_name} needs per-micro-batch statistics from gctestbed's own loop: "
+        if method.needs_own_loop():
+            raise SpecError(f"{comp_name} needs per-sample or per-micro-batch statistics from gctestbed's own loop: "
                             "use it with a built-in or pkg.module:function workload, not '-- CMD'.")
     link = LinkSpec(bw_bps=parse_rate(bw), latency_s=parse_duration(latency), jitter_s=parse_duration(jitter, "--jitter"),
                     loss_pct=parse_percent(loss, "--loss"), bw_down_bps=parse_rate(bw_down) if bw_down else None)
@@ -129,16 +129,16 @@ def _recorded_method(trace: dict, typed: str, name: str, options: dict) -> tuple
     return recorded
 
 
-def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, comm_options: dict, microbatches: int, nodes: int,
+def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, comm_options: dict, own_loop: bool, nodes: int,
                 batch_size):
     """Check a replay against its trace; the bucket cap the trace's DDP used and the batch it
     replays where none was typed (left at the default, even typed as such). One sentence otherwise."""
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
-    if comm not in workloads.replay.COMMS or microbatches > 1:
-        raise SpecError("replay runs over the ring or parameter servers (--comm allreduce or ps) with a method of one "
-                        "backward per step, for now.")
+    if comm not in workloads.replay.COMMS or own_loop:
+        raise SpecError("replay runs over the ring or parameter servers (--comm allreduce or ps) with a method that "
+                        "reads nothing of the batch but its gradient (not variance or hybrid), for now.")
     if options["codec"] == "recorded" and comm != trace["job"].get("comm", "allreduce"):
         raise SpecError(f"codec=recorded sends what the trace's ranks sent over --comm {trace['job'].get('comm', 'allreduce')}: "
                         "replay it over the same --comm, or use codec=real.")

@@ -139,6 +139,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         tx, rx = nic_bytes(ifname)
         laps = Laps()
         try:
+            if compressor.reads_batch:   # variance: every sample's gradient, before backward sends a bucket
+                compressor.observe(model.module, work.loss_fn, x, y)
             loss, forward_time = forward_backward(model, work.loss_fn, x, y, compressor.microbatches, device.type == "cuda")
             sync()
             compute_s, forward_s = laps.lap(), forward_time()

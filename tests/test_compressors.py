@@ -182,11 +182,11 @@ def test_every_rank_gets_the_same_result(name):
 class _FakeStats:
     """Squares for the variance family without a model: a fixed small spread."""
 
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, n, squares=None):
+        self.n, self.squares = n, squares
 
     def take(self, params):
-        return torch.full((self.n,), 1e-6)
+        return torch.full((self.n,), 1e-6) if self.squares is None else self.squares.clone()
 
 
 def test_majority_vote():
@@ -205,6 +205,103 @@ def test_variance_sends_unambiguous_elements_only():
     assert sorted(payload.gather[0].tolist()) == [0, 2]
     decoded = c.decode_local(payload, bucket, 4)
     assert decoded[0] == 0.5 and decoded[2] == pytest.approx(-0.25)    # 4-bit: -0.5 * 2^-1
+
+
+@pytest.mark.parametrize("residual, steps_sent", [("true", [3, 5]), ("false", [])])
+def test_two_bit_without_its_residual_discards_what_it_does_not_send(residual, steps_sent):
+    """threshold 0.5, the same gradient 0.2 every step. With MXNet's residual it accumulates
+    0.2, 0.4, 0.6: sent (+0.5) at step 3, 0.1 left; 0.3, 0.5: sent at step 5, 0 left. Without it
+    nothing ever reaches the threshold, so nothing is sent: the information is discarded."""
+    (c,) = make("twobit", f"threshold=0.5,residual={residual}")
+    bucket = Bucket(0, [torch.Size([1])])
+    sent = [step for step in range(1, 7)
+            if c.decode_local(c.encode(torch.tensor([0.2]), bucket), bucket, 1).item() == 0.5]
+    assert sent == steps_sent
+
+
+@pytest.mark.parametrize("alpha, sent", [(1, [0, 2]), (4, [0])])
+def test_variance_judges_by_the_per_sample_variance_within_the_batch(alpha, sent):
+    """The paper's criterion, alpha·Var_z[g_z]/B < (g_B)², on the per-sample gradients of a
+    batch, computed by hand. A linear model y = w·x at w = 0 with squared error: each sample's
+    gradient is g_z = -2·y·x_z (y = 1), so with these four samples
+      element  x_z over the samples    g_z                  mean g    Var_z/B (unbiased)   g²
+      0        1, 1, 1, 1              -2, -2, -2, -2       -2        0                    4
+      1        1, -1, 1, -0.9          -2, 2, -2, 1.8       -0.05     about 0.96           0.0025
+      2        1, 1, 1, -0.5           -2, -2, -2, 1        -1.25     2.25 / 4 = 0.5625    1.5625
+    alpha 1 sends 0 and 2; alpha 4 (4 x 0.5625 = 2.25 > 1.5625) sends 0 only."""
+    x = torch.tensor([[1.0, 1.0, 1.0], [1.0, -1.0, 1.0], [1.0, 1.0, 1.0], [1.0, -0.9, -0.5]])
+    y = torch.ones(4, 1)
+    model = torch.nn.Linear(3, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    loss_fn = torch.nn.functional.mse_loss
+    (c,) = make("variance", f"alpha={alpha},microbatches=2")     # the micro-batch count plays no part here
+    assert c.microbatches == 1 and c.reads_batch          # one backward a step; the batch read before it
+    c.attach(model)
+    c.observe(model, loss_fn, x, y)
+    loss_fn(model(x), y).backward()
+    g = model.weight.grad.reshape(-1).clone()
+    assert g.tolist() == pytest.approx([-2.0, -0.05, -1.25])
+    payload = c.encode(g, Bucket(0, [model.weight.shape], params=[model.weight]))
+    assert sorted(payload.gather[0].tolist()) == sent
+
+
+def test_per_sample_squares_match_one_backward_per_sample_with_the_batch_statistics_held():
+    """compress.samples against the slow way: each sample's loss backpropagated alone, through a
+    copy of the model whose batch norms normalise with the whole batch's statistics; the model's
+    own running statistics and the training's random stream are left as they were."""
+    import copy
+
+    from gctestbed.compress import samples
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(4 * 4 * 4, 3))
+    x, y = torch.randn(5, 2, 6, 6), torch.tensor([0, 1, 2, 1, 0])
+    loss_fn = torch.nn.functional.cross_entropy
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state = torch.random.get_rng_state()
+    got = samples.squares(model, loss_fn, x, y)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert model.training and model[4].training
+    with torch.no_grad():
+        h = model[0](x)
+    mean, var = h.mean((0, 2, 3)), h.var((0, 2, 3), unbiased=False)
+    slow = copy.deepcopy(model).eval()
+    slow[1].running_mean.copy_(mean)
+    slow[1].running_var.copy_(var)
+    want = [torch.zeros_like(p) for p in slow.parameters()]
+    for i in range(5):
+        slow.zero_grad()
+        loss_fn(slow(x[i:i + 1]), y[i:i + 1]).backward()
+        for w, p in zip(want, slow.parameters()):
+            w += (p.grad / 5).square()
+    for (param, sq), w in zip(got.items(), want):
+        assert torch.allclose(sq, w, rtol=1e-4, atol=1e-9), param.shape
+
+
+@pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.compiler)], ids=["torch", "native"])
+def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
+    """The source's hybrid (Tsuzuku et al.: 1942x against variance's 913x and Strom's 230x) sends
+    an element only when it is unambiguous (alpha·v < r², v the variance of the mean gradient)
+    *and* |r| >= tau. By hand, one rank, m = 4 micro-batches, alpha = 1, tau = 0.1; g_j are the
+    micro-batches' mean gradients, v = sum_j (g_j - g)^2 / (m - 1) / m:
+      element  g_j                   r = g   v      unambiguous (v < r²)   |r| >= tau   sent
+      0        0.5, 0.5, 0.5, 0.5    0.5     0      yes                    yes          yes
+      1        0.05 each             0.05    0      yes                    no           no
+      2        0.2 each              0.2     0      yes                    yes          yes
+      3        0.8, 0.8, -0.4, -0.4  0.2     0.12   no (0.12 > 0.04)       yes          no
+    Variance alone sends 0, 1, 2; Strom's threshold alone 0, 2, 3; either of them all four."""
+    (c,) = make("hybrid", "alpha=1,tau=0.1")
+    if native:
+        from gctestbed import kernels
+        c.ops = kernels.build()
+    g = torch.tensor([0.5, 0.05, 0.2, 0.2])
+    per_micro = torch.tensor([[0.5, 0.05, 0.2, 0.8], [0.5, 0.05, 0.2, 0.8], [0.5, 0.05, 0.2, -0.4], [0.5, 0.05, 0.2, -0.4]])
+    assert torch.allclose(per_micro.mean(0), g)
+    c.sample_stats = _FakeStats(4, (per_micro / 4).square().sum(0))   # each backward's gradient is g_j / m
+    payload = c.encode(g.clone(), Bucket(0, [torch.Size([4])]))
+    assert sorted(payload.gather[0].tolist()) == [0, 2]
+    assert c.v.bucket(Bucket(0, [torch.Size([4])]), g)[3].item() == pytest.approx(0.12 * 0.999)   # kept, decayed by zeta
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -118,7 +118,7 @@ def exchange_counted(comps, grads, shapes, step):
     """Every rank's payload bytes over all rounds, and the count of elements its first payload chose."""
     buckets = [Bucket(0, shapes, step=step, rank=r, world=len(grads)) for r in range(len(grads))]
     for c, g in zip(comps, grads):
-        if c.microbatches > 1:
+        if c.needs_own_loop():
             c.sample_stats = Stats(g)
     payloads = [c.encode(g.clone(), b) for c, g, b in zip(comps, grads, buckets)]
     chosen, nbytes = [p.sent for p in payloads], [p.nbytes for p in payloads]

@@ -88,7 +88,7 @@ def run_both(method: str, n: int, steps: int = 3, special: bool = False, shapes=
         for mode, comps in sides.items():
             payloads[mode] = []
             for rank, (c, g) in enumerate(zip(comps, grads)):
-                if c.microbatches > 1:
+                if c.needs_own_loop():
                     c.sample_stats = Stats(g, step * 10 + rank)
                 bucket = Bucket(key=0, shapes=shapes, step=step, rank=rank, world=RANKS)
                 payloads[mode].append(c.encode(transform(g.clone()) if mode == "native" else g.clone(), bucket))
@@ -134,7 +134,7 @@ def decoded_sums(method: str, p: int, n: int, offset: int = 0, shuffle: bool = F
     payloads = []
     for rank, g in enumerate(torch.randn(p, n, generator=torch.Generator().manual_seed(p * n)) * 1e-3):
         c = compress.create(name, options, kernels="torch")
-        if c.microbatches > 1:
+        if c.needs_own_loop():
             c.sample_stats = Stats(g, rank)
         payloads.append(c.encode(g, Bucket(key=0, shapes=[torch.Size([n])], step=5, rank=rank, world=p)).gather)
     if shuffle:
@@ -440,7 +440,7 @@ def test_cuda_kernels_match_cpu(ops):
             cpu_c = compress.create(name, options, "torch")
             gpu_c = compress.create(name, options, "native")
             g = gradients(n, 0)[0]
-            if cpu_c.microbatches > 1:
+            if cpu_c.needs_own_loop():
                 cpu_c.sample_stats = Stats(g, 0)
                 gpu_c.sample_stats = type("S", (), {"take": lambda self, p, s=Stats(g, 0): s.squares.cuda()})()
             bucket = Bucket(key=0, shapes=[torch.Size([n])], world=RANKS)

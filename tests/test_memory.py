@@ -79,7 +79,10 @@ def train(method: str, order: tuple[str, str]):
     for step in range(STEPS):
         layouts.append([])
         x, y = torch.randn(32, N, generator=gen), torch.randn(32, N, generator=gen)
-        forward_backward(ddp, lambda out, t: (out - t).square().mean(), x, y, compressor.microbatches)
+        loss = lambda out, t: (out - t).square().mean()     # noqa: E731
+        if compressor.reads_batch:
+            compressor.observe(ddp.module, loss, x, y)
+        forward_backward(ddp, loss, x, y, compressor.microbatches)
         optimizer.step()
         optimizer.zero_grad()
         assert state.take_step_stats()["buckets"] == 1 and state.step == step + 1   # the hook numbers its steps

@@ -118,6 +118,7 @@ class Compressor:
     error_feedback: ClassVar[bool] = False
     momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
     microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
+    reads_batch: ClassVar[bool] = False       # observe() gets each step's batch before its backward (variance)
     rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
     has_kernels: ClassVar[bool] = False       # some hot path has a native kernel (native/): load them
     fused_feedback: ClassVar[bool] = False    # encode_feedback updates a residual in the same pass (native)
@@ -134,6 +135,15 @@ class Compressor:
     def attach(self, model: torch.nn.Module) -> None:
         """Called once with the DDP model before training, for a method that needs more than its
         buckets (variance: per-micro-batch statistics of every parameter). Most need nothing."""
+
+    def observe(self, module: torch.nn.Module, loss_fn: Any, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Called each step, before its backward, with the step's local batch, for a method that
+        reads more than gradients (variance: every sample's own gradient). Most need nothing."""
+
+    def needs_own_loop(self) -> bool:
+        """The method needs statistics only gctestbed's own training loop gathers (several backward
+        passes a step, or the batch itself): not a user's '-- CMD' program, not a replay."""
+        return self.microbatches > 1 or self.reads_batch
 
     def native(self, tensor: torch.Tensor) -> Any:
         """The native kernels if they were chosen and run on ``tensor``'s device, else None."""

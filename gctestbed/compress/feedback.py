@@ -22,13 +22,17 @@ class ErrorFeedback(Compressor):
         self.inner = inner
         self.options = inner.options
         self.residuals = Memory()
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "rounds",
+        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "reads_batch",
+                     "rounds",
                      "has_kernels", "ops",
                      "server_decodes", "server_encodes", "server_refusal"):
             setattr(self, attr, getattr(inner, attr))
 
     def attach(self, model: torch.nn.Module) -> None:
         self.inner.attach(model)
+
+    def observe(self, module: torch.nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.inner.observe(module, loss_fn, x, y)
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         residual = self.residuals.bucket(bucket, grad)

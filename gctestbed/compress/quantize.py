@@ -34,6 +34,8 @@ from .registry import register
 @dataclass
 class TwoBitOptions:
     threshold: float = 0.001
+    residual: bool = True         # false: what falls under the threshold is discarded, not delayed (MXNet keeps
+                                  # it; the accuracy claims' positive control drops it)
 
     def __post_init__(self):
         positive("threshold", self.threshold)

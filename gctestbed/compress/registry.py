@@ -54,12 +54,12 @@ def describe() -> list[dict[str, Any]]:
 
 def create(name: str, options: dict[str, Any], kernels: str = "torch", feedback: bool = True) -> Compressor:
     """An instance of ``name``, wrapped in error feedback when the method calls for it (and
-    ``feedback``: a parameter server's copy has none), running the native kernels
+    ``feedback``: a parameter server's copy has none; and unless its ``residual`` option is off), running the native kernels
     (``kernels="native"``, where built) or the pure-torch reference."""
     from .. import kernels as native
     compressor = get(name)(**options)
     compressor.ops = native.load(kernels) if compressor.has_kernels else None
-    if compressor.error_feedback and feedback:
+    if compressor.error_feedback and feedback and getattr(compressor.options, "residual", True):
         from .feedback import ErrorFeedback
         return ErrorFeedback(compressor)
     return compressor

@@ -42,7 +42,7 @@ void criterion_block(const float* __restrict__ g, const float* __restrict__ squa
         var = var / m1 / m / w2;
         const float ri = r[j] + g[j], vi = v[j] + var;
         r[j] = ri;
-        const bool send = (vi * alpha < ri * ri && ri != 0.0f) || (hybrid && std::fabs(ri) >= tau);
+        const bool send = vi * alpha < ri * ri && ri != 0.0f && (!hybrid || std::fabs(ri) >= tau);   // hybrid: both
         v[j] = send ? 0.0f : vi * zeta;
         flag[j] = send ? first + static_cast<uint32_t>(j) : kNone;
     }

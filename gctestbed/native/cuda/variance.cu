@@ -34,7 +34,7 @@ __global__ void variance_mark(const float* __restrict__ g, const float* __restri
             var = var / m1 / m / w2;
             const float ri = r[i] + g[i], vi = v[i] + var;
             r[i] = ri;
-            send = (vi * p.alpha < ri * ri && ri != 0.0f) || (p.hybrid && fabsf(ri) >= p.tau);
+            send = vi * p.alpha < ri * ri && ri != 0.0f && (!p.hybrid || fabsf(ri) >= p.tau);   // hybrid: both
             v[i] = send ? 0.0f : vi * p.zeta;
         }
         record_selection(send, i, mask, counts);
