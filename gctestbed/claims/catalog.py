@@ -8,12 +8,14 @@ means at most 1.2-1.3x, "about 1 % or less" means a loss of at most one point of
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
 from ..analysis.cells import Row
 from . import experiments as E
 from . import figures as F
+from .conditions import ACCURACY, ANY, BYTES, SPEED, Conditions
 from .verdict import Measure, Region, at_least, at_most, between
 
 
@@ -41,6 +43,11 @@ class Part:
     figure: Figure
     region: Region
     unit: str = "x"
+    needs: tuple[str, ...] = ()        # the conditions the figure depends on (conditions.SPEED, ACCURACY, BYTES)
+
+    def __post_init__(self):
+        if not self.needs:
+            self.needs = ACCURACY if self.unit == "pt" else SPEED
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Claim:
     source: str
     sentence: str
     parts: list[Part]
+    conditions: Conditions = Conditions()
 
     def experiments(self) -> list[str]:
         return list(dict.fromkeys(p.experiment for p in self.parts))
@@ -124,6 +132,53 @@ def _more_than(a: Figure, *others: Figure) -> Figure:
     return figure
 
 
+def _still_beat_fp16(rows, ctx):
+    """Of the methods whose whole interval beats none at low bandwidth, the share whose whole
+    interval still beats fp16 (r is about those gains, not about fp16's own speedup)."""
+    beat_none = [m for m in (E.POWERSGD, E.TOPK, E.DGC, E.TWOBIT)
+                 if (x := F.speedup(rows, m, "none", bw=ctx.role("low"), mode="overlap")).value is not None and x.low > 1]
+    if not beat_none:
+        return Measure.missing("no method beat none beyond its interval at low bandwidth, so there is no gain to shrink")
+    return F.share({m: F.speedup(rows, m, "fp16", bw=ctx.role("low"), mode="overlap") for m in beat_none}, lambda s: s > 1)
+
+
+def _rises(*methods: str) -> Figure:
+    """The smallest step-to-step growth of the byte ratio along ``methods`` (each over the one before)."""
+    def figure(rows, ctx):
+        ratios = [_bytes(m)(rows, ctx) for m in methods]
+        steps = [F.ratio_of(b, a) for a, b in zip(ratios, ratios[1:])]
+        known = [x for x in steps if x.value is not None]
+        if len(known) < len(steps):
+            return Measure.missing(next(x.why for x in steps if x.value is None))
+        return min(known, key=lambda x: x.value)
+    return figure
+
+
+def _device_gap(rows, ctx):
+    """2-bit's speedup on CPU nodes minus on GPU nodes, FC-heavy model, low bandwidth."""
+    return F.difference(F.speedup(rows, E.TWOBIT, ctx.baseline, workload=ctx.role("fc"), bw=ctx.role("low"), device="cpu"),
+                        F.speedup(rows, E.TWOBIT, ctx.baseline, workload=ctx.role("fc"), bw=ctx.role("low"), device="cuda"))
+
+
+def _crossover(rows, ctx):
+    """The median, over the compressed methods, of the rate below which each beats none."""
+    return F.median_of({m: F.crossover(rows, m, ctx.baseline) for m in (E.POWERSGD, E.TOPK, E.TWOBIT)})
+
+
+MXNET_PS = Conditions(comm="ps", device="gpu", model="MXNet's examples: FC-heavy networks (AlexNet-like) and ResNets",
+                      nodes="a few GPU machines")
+MXNET_ACC = Conditions(model="MXNet's examples")
+DGC_RUNS = Conditions(device="gpu", optimizer="sgd", bw_bps=(1e9, 1e9),
+                      model="ResNet-110 on CIFAR-10, AlexNet and ResNet-50 on ImageNet, LSTMs on PTB and speech",
+                      nodes="4 to 64 GPUs")
+DGC_RECIPE = ("DGC's recipe departs here: gradients are clipped per DDP bucket, not per parameter at N^-1/2 of the "
+              "global threshold, and the learning rate has no warm-up")
+VARIANCE_RUNS = Conditions(model="a VGG-like network on CIFAR-10, ResNet-50 on ImageNet")
+UTILITY_RUNS = Conditions(device="gpu", bw_bps=(10e9, 100e9), model="V100-class GPU compute (ResNet-50/101, BERT)",
+                          nodes="up to 64 GPUs")
+HOTNETS_RUNS = Conditions(device="gpu", model="GPU training jobs")
+
+
 CLAIMS: list[Claim] = [
     Claim("a", "mxnet", "2-bit compression speeds up large fully-connected models about 2x at low bandwidth, and more "
                         "for bigger models.", [
@@ -131,74 +186,129 @@ CLAIMS: list[Claim] = [
              at_least(1.5)),
         Part("the bigger FC model's speedup minus the smaller's", "mxnet-speed",
              lambda rows, ctx: F.difference(_speed(E.TWOBIT, "fc_big", "low")(rows, ctx),
-                                             _speed(E.TWOBIT, "fc", "low")(rows, ctx)), at_least(0.0))]),
+                                             _speed(E.TWOBIT, "fc", "low")(rows, ctx)), at_least(0.0))], MXNET_PS),
     Claim("b", "mxnet", "Convolutional networks benefit little from 2-bit compression.", [
-        Part("2-bit speedup over none, ResNet, low bandwidth", "mxnet-speed", _speed(E.TWOBIT, "conv", "low"), at_most(1.3))]),
+        Part("2-bit speedup over none, ResNet, low bandwidth", "mxnet-speed", _speed(E.TWOBIT, "conv", "low"), at_most(1.3))],
+        MXNET_PS),
     Claim("c", "mxnet", "On fast, low-latency links 2-bit compression brings little benefit.", [
         Part("2-bit speedup over none, FC-heavy model, high bandwidth", "mxnet-speed", _speed(E.TWOBIT, "fc", "high"),
-             at_most(1.2))]),
+             at_most(1.2))], MXNET_PS),
     Claim("d", "mxnet", "2-bit compression loses about 1 % of accuracy or less, because small updates are delayed "
                         "(kept in the residual), not dropped.", [
-        Part("held-out accuracy, 2-bit minus none (points)", SGD, _acc("twobit:threshold=0.01"), at_least(-1.0), "pt")]),
+        Part("held-out accuracy, 2-bit minus none (points)", SGD, _acc("twobit:threshold=0.01"), at_least(-1.0), "pt")],
+        MXNET_ACC),
     Claim("e", "dgc", "Sending 0.1 % of the gradient keeps accuracy near the baseline with local accumulation, momentum "
                       "correction, local clipping, factor masking and warm-up.", [
-        Part("held-out accuracy, full DGC at 0.1 % minus none (points)", SGD, _acc(E.DGC_FULL), at_least(-1.0), "pt")]),
+        Part("held-out accuracy, full DGC at 0.1 % minus none (points)", SGD, _acc(E.DGC_FULL), at_least(-1.0), "pt")],
+        dataclasses.replace(DGC_RUNS, method=DGC_RECIPE)),
     Claim("f", "dgc", "Ablation: top 0.1 % without accumulation loses accuracy; accumulation recovers most of it; "
                       "momentum correction, factor masking and warm-up each recover more.", [
         Part("top 0.1 % alone, minus none (points)", SGD, _acc(E.DGC_TOP), at_most(-1.0), "pt"),
         Part("gain from accumulation (points)", SGD, _gain_step(_acc(E.DGC_TOP), _acc(E.DGC_ACC)), at_least(0.0), "pt"),
         Part("gain from momentum correction (points)", SGD, _gain_step(_acc(E.DGC_ACC), _acc(E.DGC_MC)), at_least(0.0), "pt"),
         Part("gain from factor masking (points)", SGD, _gain_step(_acc(E.DGC_MC), _acc(E.DGC_MASK)), at_least(0.0), "pt"),
-        Part("gain from warm-up (points)", SGD, _gain_step(_acc(E.DGC_MASK), _acc(E.DGC_WARM)), at_least(0.0), "pt")]),
+        Part("gain from warm-up of the sparsity over 4 epochs (points)", SGD, _gain_step(_acc(E.DGC_MASK), _acc(E.DGC_WARM)),
+             at_least(0.0), "pt")], DGC_RUNS),
     Claim("g", "dgc", "DGC compresses gradients 270x to 600x.", [
         Part("bytes sent, none over DGC 0.1 %, AlexNet layout (interface counters)", "dgc-bytes", _bytes(E.DGC, "fc"),
-             between(270, 600)),
+             between(270, 600), needs=BYTES),
         Part("bytes sent, none over DGC 0.1 %, VGG-16 layout (interface counters)", "dgc-bytes", _bytes(E.DGC, "vgg"),
-             between(270, 600))]),
+             between(270, 600), needs=BYTES)],
+        dataclasses.replace(DGC_RUNS, method="the ratio here is DGC's steady state at 0.1 % with no warm-up, fixed by "
+                                             "its packing; the source's covers whole training runs, warm-up epochs and "
+                                             "the layers DGC leaves dense included")),
     Claim("h", "variance", "With Adam, variance-based compression reaches hundreds-fold compression at accuracy equal "
                            "to no compression.", [
-        Part("bytes sent, none over variance (interface counters)", ADAM, _bytes(E.VARIANCE), at_least(100)),
-        Part("held-out accuracy, variance minus none, Adam (points)", ADAM, _acc(E.VARIANCE), at_least(-1.0), "pt")]),
+        Part("bytes sent, none over variance (interface counters)", ADAM, _bytes(E.VARIANCE), at_least(100), needs=BYTES),
+        Part("held-out accuracy, variance minus none, Adam (points)", ADAM, _acc(E.VARIANCE), at_least(-1.0), "pt")],
+        dataclasses.replace(VARIANCE_RUNS, optimizer="adam")),
     Claim("i", "variance", "Strom's fixed threshold is brittle: a small tau compresses little, a large tau collapses "
                            "accuracy under momentum SGD.", [
-        Part("bytes sent, none over threshold with the small tau", SGD, _bytes(E.STROM_SMALL), at_most(10)),
+        Part("bytes sent, none over threshold with the small tau", SGD, _bytes(E.STROM_SMALL), at_most(10), needs=BYTES),
         Part("held-out accuracy, threshold with the large tau minus none (points)", SGD, _acc(E.STROM_LARGE),
-             at_most(-5.0), "pt")]),
+             at_most(-5.0), "pt")],
+        dataclasses.replace(VARIANCE_RUNS, optimizer="sgd",
+                            method="Strom's tau here is two absolute values taken from a CIFAR-10 network, not swept "
+                                   "over decades of this task's gradient scale")),
     Claim("j", "variance", "The hybrid (variance and threshold together) compresses further than either alone, at a "
                            "small cost in accuracy.", [
-        Part("hybrid's compression over the better of variance's and threshold's", ADAM,
-             _more_than(_bytes(E.HYBRID), _bytes(E.VARIANCE), _bytes(E.STROM_SMALL)), at_least(1.0)),
-        Part("held-out accuracy, hybrid minus none (points)", ADAM, _acc(E.HYBRID), at_least(-2.0), "pt")]),
+        Part("hybrid's compression (alpha 2, tau 0.01) over the better of variance's (alpha 2) and threshold's (tau 0.01)",
+             ADAM, _more_than(_bytes(E.HYBRID), _bytes(E.VARIANCE_2), _bytes(E.STROM_LARGE)), at_least(1.0), needs=BYTES),
+        Part("held-out accuracy, hybrid minus none (points)", ADAM, _acc(E.HYBRID), at_least(-2.0), "pt")],
+        dataclasses.replace(VARIANCE_RUNS, optimizer="adam")),
     Claim("k", "variance", "QSGD at 2 to 4 bits keeps accuracy at 4x to 12x compression.", [
-        Part("bytes sent, none over 4-bit QSGD", SGD, _bytes(E.QSGD_4BIT), between(4, 12)),
-        Part("held-out accuracy, 4-bit QSGD minus none (points)", SGD, _acc(E.QSGD_4BIT), at_least(-1.0), "pt"),
-        Part("held-out accuracy, 2-bit QSGD minus none (points)", SGD, _acc(E.QSGD_2BIT), at_least(-1.0), "pt")]),
+        Part("bytes sent, none over 4-bit QSGD (d = 512)", SGD, _bytes(E.QSGD_4BIT), between(4, 12), needs=BYTES),
+        Part("held-out accuracy, 4-bit QSGD (d = 512) minus none (points)", SGD, _acc(E.QSGD_4BIT), at_least(-1.0), "pt"),
+        Part("held-out accuracy, 3-bit QSGD (d = 512) minus none (points)", SGD, _acc(E.QSGD_3BIT), at_least(-1.0), "pt"),
+        Part("held-out accuracy, 2-bit QSGD (d = 128) minus none (points)", SGD, _acc(E.QSGD_2BIT), at_least(-1.0), "pt")],
+        VARIANCE_RUNS),
     Claim("l", "utility", "With computation and communication overlapped, compression rarely beats plain DDP except "
                           "at low bandwidth.", [
         Part("share of methods faster than none at high bandwidth", "utility", _share_faster("high"), at_most(0.2), ""),
-        Part("share of methods faster than none at low bandwidth", "utility", _share_faster("low"), at_least(0.6), "")]),
+        Part("share of methods faster than none at low bandwidth", "utility", _share_faster("low"), at_least(0.6), "")],
+        UTILITY_RUNS),
     Claim("m", "utility", "About 4x compression is enough; higher ratios buy little.", [
         Part("speedup with 64x fewer bytes over speedup with 4x", "ratios",
              lambda rows, ctx: F.ratio_of(F.speedup(rows, "topk:ratio=0.0078125", ctx.baseline),
-                                          F.speedup(rows, "topk:ratio=0.125", ctx.baseline)), at_most(1.25))]),
+                                          F.speedup(rows, "topk:ratio=0.125", ctx.baseline)), at_most(1.25))],
+        UTILITY_RUNS),
     Claim("n", "utility", "Encode and decode time, not bytes, bounds the gain.", [
         Part("share of methods whose encode + decode time reaches their communication time (serial, high bandwidth)",
-             "utility", _coding_bound, at_least(0.5), "")]),
+             "utility", _coding_bound, at_least(0.5), "")], UTILITY_RUNS),
     Claim("o", "utility", "All-reduce-compatible methods (fp16, PowerSGD) hold their gain as nodes grow; "
                           "all-gather-based ones (top-k, 2-bit) lose it (2, 4 and 8 nodes).", [
         Part("all-reduce methods: speedup at 8 nodes over speedup at 2 (median)", "scaling", _retention(ALLREDUCE),
              at_least(0.9)),
         Part("all-gather methods: speedup at 8 nodes over speedup at 2 (median)", "scaling", _retention(ALLGATHER),
-             at_most(0.9))]),
+             at_most(0.9))], UTILITY_RUNS),
     Claim("p", "utility", "The performance model predicts step time closely (lambda about 1.04 to 1.1).", [
         Part("the model's median |error| on cells it did not fit", "utility",
              lambda rows, ctx: F.model_error(rows), at_most(0.1), ""),
-        Part("fitted lambda", "utility", lambda rows, ctx: F.model_lambda(rows), between(1.0, 1.15), "")]),
+        Part("fitted lambda", "utility", lambda rows, ctx: F.model_lambda(rows), between(1.0, 1.15), "")], UTILITY_RUNS),
     Claim("q", "utility", "Larger batches make compression look better.", [
         Part("speedup at the large batch minus at the small (median of PowerSGD and 2-bit)", "batch", _batch_gain,
-             at_least(0.0))]),
+             at_least(0.0))], UTILITY_RUNS),
     Claim("r", "hotnets", "Against an fp16 baseline the gains of compression shrink or vanish.", [
-        Part("speedup over fp16 as a share of speedup over none (median of PowerSGD, top-k, DGC, 2-bit; low bandwidth)",
-             "utility", _fp16_left, at_most(0.8), "")]),
+        Part("of the methods that beat none at low bandwidth, the share that still beat fp16", "utility",
+             _still_beat_fp16, at_most(0.5), "")], HOTNETS_RUNS),
+    Claim("s", "mxnet", "Without the residual, 2-bit compression discards what it does not send, and accuracy suffers "
+                        "(the residual is what keeps it).", [
+        Part("held-out accuracy, 2-bit without its residual minus none (points)", SGD, _acc(E.TWOBIT_DISCARD),
+             at_most(-1.0), "pt"),
+        Part("gain from the residual (points)", SGD, _gain_step(_acc(E.TWOBIT_DISCARD), _acc("twobit:threshold=0.01")),
+             at_least(1.0), "pt")], MXNET_ACC),
+    Claim("t", "variance", "With Adam, variance-based compression compresses more as alpha grows (120.7x at alpha 1, "
+                           "453.3x at 1.5, 913.4x at 2) at unchanged accuracy.", [
+        Part("the smaller of the byte ratio's growths from alpha 1 to 1.5 and from 1.5 to 2", ADAM,
+             _rises(E.VARIANCE, E.VARIANCE_15, E.VARIANCE_2), at_least(1.0), needs=BYTES),
+        Part("held-out accuracy, variance alpha 2 minus none, Adam (points)", ADAM, _acc(E.VARIANCE_2), at_least(-1.0),
+             "pt")], dataclasses.replace(VARIANCE_RUNS, optimizer="adam")),
+    Claim("u", "variance", "With momentum SGD, variance-based compression also reaches hundreds-fold compression "
+                           "(383.6x) without losing accuracy.", [
+        Part("bytes sent, none over variance (alpha 2), momentum SGD", SGD, _bytes(E.VARIANCE_2), at_least(100),
+             needs=BYTES),
+        Part("held-out accuracy, variance (alpha 2) minus none, momentum SGD (points)", SGD, _acc(E.VARIANCE_2),
+             at_least(-1.0), "pt")],
+        dataclasses.replace(VARIANCE_RUNS, optimizer="sgd",
+                            method="the source's alpha for its momentum-SGD row is not recorded here; alpha 2 is its "
+                                   "Adam rows' largest")),
+    Claim("v", "mxnet", "CPU nodes benefit less from 2-bit compression than GPU nodes.", [
+        Part("2-bit speedup on CPU nodes minus on GPU nodes, FC-heavy model, low bandwidth", "mxnet-speed", _device_gap,
+             at_most(0.0))], dataclasses.replace(MXNET_PS, device=ANY)),
+    Claim("w", "dgc", "Local gradient clipping lets the LSTM converge under DGC.", [
+        Part("held-out next-byte accuracy, DGC with local clipping minus without (points)", "lstm-clip",
+             _gain_step(_acc(E.DGC_LSTM), _acc(E.DGC_LSTM_CLIP)), at_least(0.0), "pt")],
+        dataclasses.replace(DGC_RUNS, bw_bps=(None, None), method=DGC_RECIPE)),
+    Claim("x", "utility", "Compression pays off only below a crossover bandwidth near 8 Gbit/s.", [
+        Part("the rate below which the compressed methods beat none (median, Gbit/s)", "crossover", _crossover,
+             between(4e9, 16e9), "bit/s")], dataclasses.replace(UTILITY_RUNS, bw_bps=(1e9, 100e9))),
+    Claim("y", "utility", "signSGD rarely beats plain DDP with overlap, even at low bandwidth.", [
+        Part("signSGD's speedup over none, overlap, low bandwidth", "utility",
+             lambda rows, ctx: F.speedup(rows, "signsgd", ctx.baseline, bw=ctx.role("low"), mode="overlap"),
+             at_most(1.1))], UTILITY_RUNS),
+    Claim("z", "dgc", "DGC reaches the baseline's accuracy sooner in wall time on 1 Gbit/s Ethernet.", [
+        Part("time to none's final accuracy less one point, none's over DGC's", SGD,
+             lambda rows, ctx: F.time_to_accuracy(rows, ctx.fill(E.DGC_FULL), "none"), at_least(1.0),
+             needs=SPEED + ACCURACY)], dataclasses.replace(DGC_RUNS, method=DGC_RECIPE)),
 ]
 BY_ID = {c.id: c for c in CLAIMS}

@@ -29,8 +29,14 @@ DGC_MASK = "dgc:ratio=0.001,warmup_epochs=0"
 DGC_WARM = "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch}"
 DGC_FULL = "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch},clip_norm=1"
 STROM_SMALL, STROM_LARGE = "threshold:tau=0.001", "threshold:tau=0.01"
-QSGD_2BIT, QSGD_4BIT = "qsgd:levels=1", "qsgd:levels=7"        # 1 + ceil(log2(s+1)) bits per element
-VARIANCE, HYBRID = "variance:alpha=1", "hybrid:alpha=1,tau=0.001"
+# QSGD as the variance paper's rows give it: (bits, bucket size d), bits = 1 + ceil(log2(s + 1))
+QSGD_2BIT, QSGD_3BIT, QSGD_4BIT = "qsgd:levels=1,bucket_size=128", "qsgd:levels=3,bucket_size=512", "qsgd:levels=7,bucket_size=512"
+VARIANCE, VARIANCE_15, VARIANCE_2 = "variance:alpha=1", "variance:alpha=1.5", "variance:alpha=2"
+HYBRID = "hybrid:alpha=2,tau=0.01"              # the source's row (1942x), against variance alpha=2 and Strom tau=0.01
+TWOBIT_DISCARD = "twobit:threshold=0.01,residual=false"   # MXNet's 2-bit with what it does not send thrown away
+DGC_LSTM, DGC_LSTM_CLIP = "dgc:ratio=0.001,warmup_epochs=0", "dgc:ratio=0.001,warmup_epochs=0,clip_norm=0.25"
+# an epoch of the digits: 1,437 training images at 2 nodes x 32 a step
+DIGITS_EPOCH = "22"
 
 
 @dataclass
@@ -53,6 +59,7 @@ class Experiment:
     quick: Setup
     full: Setup
     note: str = ""
+    control: str | None = None      # accuracy experiments: a method that must lose (the positive control)
 
     def setup(self, quick: bool) -> Setup:
         return self.quick if quick else self.full
@@ -96,21 +103,26 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment(
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
-              "mode": ["overlap"], "compressor": ["none", "twobit:threshold=0.01", DGC_TOP, DGC_ACC, DGC_MC, DGC_MASK,
-                                                  DGC_WARM, DGC_FULL, STROM_SMALL, STROM_LARGE, QSGD_2BIT, QSGD_4BIT]},
-        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits", "epoch": "15"}, steps=300,
-                    eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on scikit-learn's 1,797 digits (real images, "
-                                           f"32 px), 300 steps of momentum SGD, 360 held-out images, {TOY}"),
-        full=Setup({"data": "resnet18:image=32,classes=10,data=digits", "epoch": "50"}, steps=2000, repeat=3,
-                   eval_every="100", scale="ResNet-18 at full width on the digits, 2,000 steps, 3 seeds")),
+              "mode": ["overlap"], "compressor": ["none", "twobit:threshold=0.01", TWOBIT_DISCARD, DGC_TOP, DGC_ACC, DGC_MC,
+                                                  DGC_MASK, DGC_WARM, DGC_FULL, STROM_SMALL, STROM_LARGE, QSGD_2BIT,
+                                                  QSGD_3BIT, QSGD_4BIT, VARIANCE_2]},
+        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits", "epoch": DIGITS_EPOCH}, steps=300,
+                    repeat=3, eval_every="50",
+                    scale=f"toy: ResNet-18 at 1/8 width on scikit-learn's 1,797 digits (real images, 32 px), 300 steps "
+                          f"(13.6 epochs) of momentum SGD, 360 held-out images, 3 seeds, {TOY}"),
+        full=Setup({"data": "resnet18:image=32,classes=10,data=digits", "epoch": DIGITS_EPOCH}, steps=2000, repeat=5,
+                   eval_every="100", scale="ResNet-18 at full width on the digits, 2,000 steps (91 epochs), 5 seeds"),
+        control=DGC_TOP),
     Experiment(
         "accuracy-adam",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
-              "mode": ["overlap"], "optimizer": ["adam"], "compressor": ["none", VARIANCE, STROM_SMALL, HYBRID]},
-        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, lr="0.001",
-                    eval_every="50", scale=f"toy: as accuracy-sgd, with Adam (lr 0.001), {TOY}"),
-        full=Setup({"data": "resnet18:image=32,classes=10,data=digits"}, steps=2000, repeat=3, lr="0.001",
-                   eval_every="100", scale="ResNet-18 at full width on the digits with Adam, 2,000 steps, 3 seeds")),
+              "mode": ["overlap"], "optimizer": ["adam"],
+              "compressor": ["none", VARIANCE, VARIANCE_15, VARIANCE_2, STROM_SMALL, STROM_LARGE, HYBRID, TWOBIT_DISCARD]},
+        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, repeat=3, lr="0.001",
+                    eval_every="50", scale=f"toy: as accuracy-sgd, with Adam (lr 0.001), 3 seeds, {TOY}"),
+        full=Setup({"data": "resnet18:image=32,classes=10,data=digits"}, steps=2000, repeat=5, lr="0.001",
+                   eval_every="100", scale="ResNet-18 at full width on the digits with Adam, 2,000 steps, 5 seeds"),
+        control=TWOBIT_DISCARD),
     Experiment(
         "dgc-bytes",
         axes={"workload": ["{fc}", "{vgg}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
@@ -122,7 +134,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment(
         "utility",
         axes={"workload": ["{conv}"], "bw": ["{low}", "{high}"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
-              "mode": ["overlap", "serial"], "compressor": ["none", "fp16", POWERSGD, TOPK, DGC, TWOBIT]},
+              "mode": ["overlap", "serial"], "compressor": ["none", "fp16", POWERSGD, TOPK, DGC, TWOBIT, "signsgd"]},
         quick=Setup({"conv": "resnet18:scale=0.25,image=32,classes=10", "low": "100mbit", "high": "2gbit"}, steps=10,
                     scale=f"toy: ResNet-18 at 1/4 width (0.7 M parameters), 32-pixel images, {TOY}"),
         full=Setup({"conv": "resnet50", "low": "1gbit", "high": "25gbit"}, steps=40, repeat=3,
@@ -150,4 +162,24 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                     steps=8, scale=f"toy: ResNet-18 at 1/4 width, batch 16 and 128 per node, {TOY}"),
         full=Setup({"conv": "resnet50", "low": "1gbit", "small": "16", "large": "128"}, steps=30, repeat=3,
                    scale="ResNet-50 at full size, batch 16 and 128 per node")),
+    Experiment(
+        "crossover",
+        axes={"workload": ["{conv}"], "bw": ["{b1}", "{b2}", "{b3}", "{b4}", "{b5}"], "nodes": ["{nodes}"],
+              "batch_size": ["32"], "latency": ["0"], "mode": ["overlap"], "compressor": ["none", POWERSGD, TOPK, TWOBIT]},
+        quick=Setup({"conv": "resnet18:scale=0.25,image=32,classes=10", "nodes": "2", "b1": "50mbit", "b2": "100mbit",
+                     "b3": "200mbit", "b4": "500mbit", "b5": "1gbit"}, steps=10,
+                    scale=f"toy: ResNet-18 at 1/4 width, five rates from 50 Mbit/s to 1 Gbit/s, {TOY}"),
+        full=Setup({"conv": "resnet50", "nodes": "8", "b1": "1gbit", "b2": "5gbit", "b3": "10gbit", "b4": "25gbit",
+                    "b5": "100gbit"}, steps=40, repeat=3,
+                   scale="ResNet-50 at full size on 8 nodes, five rates from 1 to 100 Gbit/s (dilated where the host "
+                         "cannot drive them)")),
+    Experiment(
+        "lstm-clip",
+        axes={"workload": ["{lstm}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["16"], "latency": ["0"],
+              "mode": ["overlap"], "compressor": ["none", DGC_LSTM, DGC_LSTM_CLIP]},
+        quick=Setup({"lstm": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=1"}, steps=300, repeat=3, lr="0.5",
+                    eval_every="50", scale=f"toy: a 2-layer LSTM of 128 units on the standard library's source, "
+                                           f"300 steps, 3 seeds, {TOY}"),
+        full=Setup({"lstm": "lstm:hidden=512,layers=2,seq_len=64"}, steps=3000, repeat=5, lr="0.5", eval_every="200",
+                   scale="a 2-layer LSTM of 512 units, 3,000 steps, 5 seeds")),
 ]}

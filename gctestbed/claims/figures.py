@@ -68,27 +68,96 @@ def difference(a: Measure, b: Measure) -> Measure:
 
 
 def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Measure:
-    """Held-out accuracy of the method minus the baseline's, in percentage points."""
+    """Held-out accuracy of the method minus the baseline's, in percentage points. Over independent
+    repeats the runs are paired by seed (a sweep's methods share a repeat's seed) and the interval
+    is Student's t on the paired differences; repeats that share a seed are not independent, and
+    the figure says so instead of pretending they are. One run each: the binomial error of the two
+    accuracies on their held-out samples."""
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
-    a = [r.eval_accuracy for r in m if r.eval_accuracy is not None]
-    c = [r.eval_accuracy for r in b if r.eval_accuracy is not None]
+    a = {r.seed: r for r in m if r.eval_accuracy is not None}
+    c = {r.seed: r for r in b if r.eval_accuracy is not None}
     if not a or not c:
         return Measure.missing(f"no held-out accuracy of {method if not a else baseline} with {_where(where)} "
                                "(the run failed or diverged)")
-    pa, pb = statistics.fmean(a), statistics.fmean(c)
-    na = sum(r.eval_samples or 0 for r in m if r.eval_accuracy is not None)
-    nb = sum(r.eval_samples or 0 for r in b if r.eval_accuracy is not None)
+    if len(a) < len([r for r in m if r.eval_accuracy is not None]) or len(c) < len([r for r in b if r.eval_accuracy is not None]):
+        return Measure.missing(f"the repeats of {method} or {baseline} share a seed: they are not independent runs, "
+                               "so they give no interval (a sweep gives repeat k the seed + k)")
+    paired = sorted(set(a) & set(c))
+    detail = {"method": method, "baseline": baseline, **where}
+    if len(paired) >= 2:
+        diffs = [100 * (a[k].eval_accuracy - c[k].eval_accuracy) for k in paired]
+        d, n = statistics.fmean(diffs), len(diffs)
+        half = _t(n) * statistics.stdev(diffs) / math.sqrt(n)
+        return Measure(d, d - half, d + half, detail={**detail, "seeds": paired, "differences": diffs, "n": n,
+                                                      "method_accuracy": statistics.fmean(a[k].eval_accuracy for k in paired),
+                                                      "baseline_accuracy": statistics.fmean(c[k].eval_accuracy for k in paired),
+                                                      "interval": f"Student's t, 95 %, over {n} seeds, paired"})
+    ra, rb = next(iter(a.values())), next(iter(c.values()))
+    pa, pb = ra.eval_accuracy, rb.eval_accuracy
+    na, nb = ra.eval_samples or 0, rb.eval_samples or 0
     var = (pa * (1 - pa) / na if na else 0.0) + (pb * (1 - pb) / nb if nb else 0.0)
-    how = f"binomial error on {na} and {nb} held-out samples"
-    if len(a) > 1 and len(c) > 1:
-        spread = statistics.variance(a) / len(a) + statistics.variance(c) / len(c)
-        if spread > var:
-            var, how = spread, f"spread over {min(len(a), len(c))} repeats"
     half = Z * math.sqrt(var)
     d = 100 * (pa - pb)
     return Measure(d, d - 100 * half, d + 100 * half,
-                   detail={"method": method, "baseline": baseline, "method_accuracy": pa, "baseline_accuracy": pb,
-                           "interval": how, **where})
+                   detail={**detail, "method_accuracy": pa, "baseline_accuracy": pb, "n": 1,
+                           "interval": f"one run each: binomial error on {na} and {nb} held-out samples"})
+
+
+def _t(n: int) -> float:
+    """Student's t quantile for a two-sided 95 % interval of a mean of ``n`` values."""
+    from scipy import stats
+    return float(stats.t.ppf(0.975, n - 1))
+
+
+def crossover(rows: list[Row], method: str, baseline: str, **where) -> Measure:
+    """The link rate below which ``method`` beats the baseline (overlap mode), interpolated in
+    log-bandwidth between the measured rates (analysis.breakeven's rule), with the rates where the
+    ends of the speedups' intervals cross."""
+    from ..analysis import breakeven
+    bws = sorted({r.bw_bps for r in pick(rows, compressor=method, mode="overlap", **where)})
+    points = [(bw, speedup(rows, method, baseline, mode="overlap", bw_bps=bw, **where)) for bw in bws]
+    points = [(bw, x) for bw, x in points if x.value is not None]
+    if len(points) < 2:
+        return Measure.missing(f"{method} needs runs at two rates or more to find where it stops paying off")
+    rates = [bw for bw, _ in points]
+    kind, at = breakeven.crossing(rates, [x.value for _, x in points])
+    if kind != "crosses":
+        return Measure.missing(f"{method} {'beats' if kind == 'always' else 'does not beat'} {baseline} at every rate "
+                               f"from {rates[0] / 1e6:g} to {rates[-1] / 1e6:g} Mbit/s" if kind in ("always", "never")
+                               else f"{method} pays off only above {at / 1e6:.3g} Mbit/s")
+    ends = [breakeven.crossing(rates, [getattr(x, side) for _, x in points]) for side in ("low", "high")]
+    found = [e[1] for e in ends if e[0] == "crosses"]
+    low = min(found + [at]) if len(found) == 2 else rates[0]
+    high = max(found + [at]) if len(found) == 2 else rates[-1]
+    return Measure(at, low, high, detail={"method": method, "rates": rates,
+                                          "speedups": [x.value for _, x in points], **where})
+
+
+def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Measure:
+    """The baseline's time to an accuracy over the method's: the target is the baseline's final
+    held-out accuracy less one point (median over its runs); a run's time is the steps of its
+    first evaluation at the target times its median step time. Two measurements composed, each a
+    real one: steps from training, step time from the same runs' links."""
+    m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
+    finals = [r.eval_accuracy for r in b if r.eval_accuracy is not None]
+    if not m or not finals:
+        return Measure.missing(f"no finished run of {method if not m else baseline} with held-out accuracy")
+    target = statistics.median(finals) - 0.01
+
+    def times(runs):
+        out = []
+        for r in runs:
+            step = next((e["step"] for e in r.evals if e["accuracy"] is not None and e["accuracy"] >= target), None)
+            if step is not None:
+                out.append(step * r.step_s)
+        return out
+    tm, tb = times(m), times(b)
+    if not tm:
+        return Measure.missing(f"{method} never reached {100 * target:.1f} % (none's final accuracy less one point)")
+    value = statistics.median(tb) / statistics.median(tm)
+    return Measure(value, min(tb) / max(tm), max(tb) / min(tm),
+                   detail={"target_accuracy": target, "method_s": statistics.median(tm), "baseline_s": statistics.median(tb),
+                           "runs": [len(tm), len(tb)], "interval": "range over runs", **where})
 
 
 def compression(rows: list[Row], method: str, baseline: str = "none", **where) -> Measure:

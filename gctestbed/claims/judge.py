@@ -8,9 +8,11 @@ from typing import Callable
 from .. import results, sweep
 from ..analysis import cells
 from ..spec import UserError
-from .catalog import BY_ID, CLAIMS, Claim, Context
+from . import conditions
+from . import figures as F
+from .catalog import BY_ID, CLAIMS, Claim, Context, Part
 from .experiments import EXPERIMENTS
-from .verdict import combine
+from .verdict import INCONCLUSIVE, OUT_OF_SCOPE, combine
 
 DEFAULT_RESULTS = "results/claims"
 
@@ -27,11 +29,27 @@ def select(ids: tuple[str, ...], every: bool) -> list[Claim]:
     return [BY_ID[i] for i in dict.fromkeys(ids)]
 
 
+def in_scope(claim: Claim, quick: bool, device: str) -> list[Part]:
+    """The claim's parts whose conditions this host can meet at this scale on ``device``."""
+    return [p for p in claim.parts if not _outside(claim, p, quick, device)]
+
+
+def _outside(claim: Claim, part: Part, quick: bool, device: str) -> list[str]:
+    return conditions.mismatches(claim.conditions, _here(part.experiment, quick, device), part.needs)
+
+
+def _here(experiment: str, quick: bool, device: str) -> conditions.Here:
+    exp = EXPERIMENTS[experiment]
+    return conditions.here({axis: [exp.fill(quick, v) for v in values] for axis, values in exp.axes.items()}, device)
+
+
 def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None, launcher: str = "netns",
         baseline: str = "none", device: str = "cpu", on_cell: Callable[[str, sweep.Cell], None] = lambda name, cell: None) -> None:
-    """Run every experiment the claims need, each once, resuming what an earlier call left; with
-    another baseline than none, its cells are added beside the method's."""
-    for name in dict.fromkeys(e for c in claims for e in c.experiments()):
+    """Run every experiment the claims' parts in scope need, each once, resuming what an earlier
+    call left (an experiment only out-of-scope parts read is not run: its verdict would not
+    depend on it); with another baseline than none, its cells are added beside the method's."""
+    needed = [p.experiment for c in claims for p in in_scope(c, quick, device)]
+    for name in dict.fromkeys(needed):
         exp = EXPERIMENTS[name]
         grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
         if baseline not in grid.axes["compressor"]:
@@ -43,25 +61,63 @@ def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None =
         sweep.run(grid, sweep_name, left, on_start=lambda cell: on_cell(sweep_name, cell))
 
 
-def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none") -> dict:
-    """The claim's verdict and every part's measurement, from the store alone."""
+def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
+          device: str | None = None) -> dict:
+    """The claim's verdict and every part's measurement, from the store alone. A part measured
+    outside its source's conditions is out of scope here, with the reasons; an accuracy part of an
+    experiment whose positive control did not lose beyond the part's margin is inconclusive."""
     rows_of: dict[str, list[cells.Row]] = {}
-    parts = []
+    parts, devices = [], {}
     for part in claim.parts:
         exp = EXPERIMENTS[part.experiment]
         name = exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
         if name not in rows_of:
             rows_of[name] = _rows(results_dir, name)
-        m = part.figure(rows_of[name], Context(lambda text, exp=exp: exp.fill(quick, text), baseline))
-        verdict = part.region.judge(m)
-        parts.append({"label": part.label, "experiment": part.experiment, "sweep": name, "value": m.value,
-                      "low": m.low, "high": m.high, "unit": part.unit, "holds_if": part.region.text(),
-                      "region": [part.region.low, part.region.high],
-                      "verdict": verdict, "why": m.why, "detail": m.detail})
+        rows = rows_of[name]
+        ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
+        dev = devices[part.experiment] = device or (rows[0].device if rows else "cpu")     # as the runs were made
+        outside = _outside(claim, part, quick, dev)
+        entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
+                 "holds_if": part.region.text(), "disagrees_if": part.region.disagree_text(),
+                 "region": [part.region.low, part.region.high], "needs": list(part.needs),
+                 "out_of_scope": outside}
+        if outside:
+            parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
+                          "why": "out of scope here, because " + "; ".join(outside), "detail": {}})
+            continue
+        m = part.figure(rows, ctx)
+        verdict, why = part.region.judge(m), m.why
+        if part.unit == "pt" and exp.control and m.value is not None:
+            too_easy = control_too_easy(rows, exp.control, margin(part))
+            if too_easy:
+                verdict, why = INCONCLUSIVE, too_easy
+        parts.append({**entry, "value": m.value, "low": m.low, "high": m.high, "verdict": verdict, "why": why,
+                      "detail": m.detail})
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
     return {"id": claim.id, "source": claim.source, "sentence": claim.sentence, "verdict": combine([p["verdict"] for p in parts]),
             "quick": quick, "scale": scales, "toy": quick, "baseline": baseline, "parts": parts, "results_dir": results_dir,
+            "source_conditions": claim.conditions.describe(),
+            "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
+
+
+def margin(part: Part) -> float:
+    """The accuracy margin a part judges by, in points: the edge of its region away from zero (a
+    loss of at most one point: 1), at least one point."""
+    edges = [abs(e) for e in (part.region.low, part.region.high) if e is not None]
+    return max([1.0] + edges)
+
+
+def control_too_easy(rows: list[cells.Row], control: str, points: float) -> str:
+    """Why the experiment cannot tell a loss of ``points`` from none, or "" when it can: its
+    positive control (a method that must lose) must lose more than that, its whole interval clear."""
+    c = F.accuracy_delta(rows, control, "none")
+    if c.value is None:
+        return f"inconclusive: the positive control ({control}) was not measured: {c.why}"
+    if c.high < -points:
+        return ""
+    return (f"inconclusive: task too easy to tell: the positive control ({control}) lost {-c.value:.2f} points "
+            f"[{c.low:+.2f}, {c.high:+.2f}], not clearly more than {points:g}")
 
 
 def _rows(results_dir: str, sweep_name: str) -> list[cells.Row]:

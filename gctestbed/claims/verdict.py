@@ -4,8 +4,10 @@ A claim is judged in parts. Each part measures one figure with an interval (from
 where there is one run from the noise inside it: the spread of its step times, the binomial error
 of an accuracy on a finite held-out set) and states the region where the claim holds. The whole
 interval inside the region: agree. The interval clear of it: disagree. Straddling its edge, or not
-measured: inconclusive, because the noise could flip it. A claim agrees when every part agrees,
-disagrees when any part disagrees, and is inconclusive otherwise.
+measured: inconclusive, because the noise could flip it. A part measured outside the conditions
+its source spoke of (claims.conditions) is not judged at all: ``out of scope here``, with the
+reasons. A claim agrees when every part agrees, disagrees when any part judged disagrees, is out
+of scope when a part is and none disagrees, and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
+AGREE, DISAGREE, INCONCLUSIVE, OUT_OF_SCOPE = "agree", "disagree", "inconclusive", "out of scope here"
 
 
 @dataclass
@@ -48,6 +50,12 @@ class Region:
             return f"between {self.low:g} and {self.high:g}"
         return f"at least {self.low:g}" if self.low is not None else f"at most {self.high:g}"
 
+    def disagree_text(self) -> str:
+        """What result would have disagreed: a whole interval clear of the region."""
+        if self.low is not None and self.high is not None:
+            return f"a whole interval below {self.low:g} or above {self.high:g}"
+        return f"a whole interval below {self.low:g}" if self.low is not None else f"a whole interval above {self.high:g}"
+
     def judge(self, m: Measure) -> str:
         if m.value is None or not all(map(math.isfinite, (m.low, m.high))):
             return INCONCLUSIVE
@@ -73,9 +81,12 @@ def between(a: float, b: float) -> Region:
 
 
 def combine(verdicts: list[str]) -> str:
-    """Every part agrees: agree; any disagrees: disagree; else inconclusive."""
+    """Every part agrees: agree; any judged part disagrees: disagree; else any part out of scope:
+    out of scope here; else inconclusive."""
     if verdicts and all(v == AGREE for v in verdicts):
         return AGREE
     if any(v == DISAGREE for v in verdicts):
         return DISAGREE
+    if any(v == OUT_OF_SCOPE for v in verdicts):
+        return OUT_OF_SCOPE
     return INCONCLUSIVE

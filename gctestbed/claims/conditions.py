@@ -1,0 +1,121 @@
+"""Where a claim was made, where it is measured here, and whether the two match.
+
+A source's claim holds under its own conditions: MXNet's 2-bit speedups on its parameter server
+with GPU nodes, the utility study's on 10-100 Gbit/s links with GPU compute. A figure measured
+elsewhere is evidence about this machine, not about the claim. Each claim states its source's
+conditions (``Conditions``); each experiment's conditions here are read from its own grid and
+device (``here``); each part names the conditions it depends on (a speedup depends on the device
+and the links, an accuracy on the optimizer and the method's parameters). A part whose conditions
+do not match is not judged: it is ``out of scope here``, with every reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import parse_rate
+
+ANY = "any"
+SPEED = ("comm", "device", "bw", "latency")
+ACCURACY = ("optimizer", "method")
+BYTES = ("method",)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The conditions a claim was made under (``any``/None: the source does not limit it).
+
+    ``method``: None when the methods run here are the source's own rows (their parameters as the
+    source gives them); otherwise the sentence that says how they depart from it."""
+
+    comm: str = ANY                 # allreduce | ps | any: how the workers met
+    device: str = ANY               # gpu | cpu | any: what computed the gradients
+    bw_bps: tuple[float | None, float | None] = (None, None)   # the link rates spoken of
+    latency_s: tuple[float | None, float | None] = (None, None)
+    optimizer: str = ANY
+    model: str = ""                 # in words: the sources' models and sizes
+    nodes: str = ""                 # in words: the cluster sizes
+    method: str | None = None       # how the methods here depart from the source's rows, if they do
+
+    def describe(self) -> str:
+        out = [f"comm {self.comm}" if self.comm != ANY else "", f"{self.device.upper()} nodes" if self.device != ANY else "",
+               _span("links", self.bw_bps, _rate), _span("latency", self.latency_s, _duration),
+               f"optimizer {self.optimizer}" if self.optimizer != ANY else "", self.model, self.nodes]
+        return "; ".join(p for p in out if p)
+
+
+@dataclass(frozen=True)
+class Here:
+    """What an experiment runs under at one scale: read from its grid, never typed twice."""
+
+    comms: tuple[str, ...]
+    device: str
+    bws: tuple[float, ...]
+    latencies: tuple[float, ...]
+    optimizers: tuple[str, ...]
+    workloads: tuple[str, ...]
+    nodes: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (f"comm {', '.join(self.comms)}; {self.device.upper()} nodes; links "
+                f"{', '.join(_rate(b) for b in self.bws)}; latency {', '.join(_duration(x) for x in self.latencies)}; "
+                f"optimizer {', '.join(self.optimizers)}; {', '.join(self.nodes)} nodes; {'; '.join(self.workloads)}")
+
+
+def here(axes: dict[str, list[str]], device: str) -> Here:
+    """The conditions of a grid's axes (filled at one scale) on ``device`` (cpu or cuda)."""
+    from ..spec import parse_duration
+    return Here(comms=tuple(v.split(":")[0] for v in axes.get("comm", ["allreduce"])),
+                device="gpu" if device == "cuda" else "cpu",
+                bws=tuple(sorted(parse_rate(b) for b in axes["bw"])),
+                latencies=tuple(sorted(parse_duration(x) for x in axes["latency"])),
+                optimizers=tuple(v.split(":")[0] for v in axes.get("optimizer", ["sgd"])),
+                workloads=tuple(axes["workload"]), nodes=tuple(axes["nodes"]))
+
+
+def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]:
+    """Why a part that depends on ``needs`` cannot be judged here: one sentence per condition that
+    differs from the source's; empty when every one matches."""
+    out = []
+    if "comm" in needs and source.comm != ANY and source.comm not in h.comms:
+        out.append(f"the source measured workers meeting over {_COMMS.get(source.comm, source.comm)}; here they "
+                   f"meet over {', '.join(_COMMS.get(c, c) for c in h.comms)}")
+    if "device" in needs and source.device != ANY and source.device != h.device:
+        out.append(f"the source's nodes computed on {source.device.upper()}s; here on {h.device.upper()}s, whose "
+                   f"different compute time changes the share of a step communication takes")
+    if "bw" in needs and not all(_inside(b, source.bw_bps) for b in h.bws):
+        out.append(f"the source spoke of {_span('links', source.bw_bps, _rate)}; here the links run at "
+                   f"{', '.join(_rate(b) for b in h.bws)}")
+    if "latency" in needs and not all(_inside(x, source.latency_s) for x in h.latencies):
+        out.append(f"the source spoke of {_span('latency', source.latency_s, _duration)}; here "
+                   f"{', '.join(_duration(x) for x in h.latencies)}")
+    if "optimizer" in needs and source.optimizer != ANY and source.optimizer not in h.optimizers:
+        out.append(f"the source trained with {source.optimizer}; here with {', '.join(h.optimizers)}")
+    if "method" in needs and source.method:
+        out.append(source.method)
+    return out
+
+
+_COMMS = {"ps": "a parameter server (compressed pushes, dense pulls)", "allreduce": "an all-reduce / all-gather ring"}
+
+
+def _inside(x: float, span: tuple[float | None, float | None]) -> bool:
+    lo, hi = span
+    return (lo is None or x >= lo) and (hi is None or x <= hi)
+
+
+def _span(what: str, span: tuple[float | None, float | None], fmt) -> str:
+    lo, hi = span
+    if lo is None and hi is None:
+        return ""
+    if lo is not None and hi is not None:
+        return f"{what} of {fmt(lo)} to {fmt(hi)}"
+    return f"{what} of at least {fmt(lo)}" if lo is not None else f"{what} of at most {fmt(hi)}"
+
+
+def _rate(bps: float) -> str:
+    return f"{bps / 1e9:g} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:g} Mbit/s"
+
+
+def _duration(s: float) -> str:
+    return f"{s * 1e3:g} ms"
