@@ -65,6 +65,8 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     if trace is not None:
         bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, comm_options, method.needs_own_loop(),
                                     _int("--nodes", nodes), batch_size)
+    if method.reads_batch and _int("--batch-size", batch_size) < 2:
+        raise SpecError(f"{comp_name} reads the variance of each node's batch: --batch-size must be at least 2.")
     if command:                     # the user's own program is the workload
         wl_name, wl_options = "command", {"argv": list(command)}
         if mode != "overlap":

@@ -158,7 +158,7 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
     """The node that caused a failure, and how. Several nodes often fail within one poll, and the
     ones that only lost their peer (a collective timed out or its connection closed, or Gloo
     aborted after that) are consequences, not causes. A stopped node comes first, then one that
-    said why it stopped (a "gctestbed:" line: bad gradients, a full store), then one killed by a
+    said why it stopped (a "gctestbed: rank" line: bad gradients, a full store), then one killed by a
     signal, then one that failed on its own; a node that only gave up waiting is blamed last (also
     when it then crashed at exit: Gloo's threads can abort or segfault a process that lost its peer), and
     then a node still there, hung, once the others have had a moment to fail too, is named instead."""
@@ -237,10 +237,11 @@ def _exit_text(code: int) -> str:
 
 
 def _own_reason(lines: list[str]) -> str | None:
-    """The line in which a node said why it stopped (bad gradients, a full store), if it did; not one
-    that says only that its exchange with a peer failed. Other lines may follow it (a collective's
+    """The line in which a node said why it stopped (bad gradients, a full store: "gctestbed: rank
+    R ..."), if it did; not one that says only that its exchange with a peer failed, nor a warning
+    such as the kernels' fallback. Other lines may follow it (a collective's
     threads reporting at exit), so the last line alone does not tell."""
-    return next((line.strip() for line in reversed(lines) if line.startswith("gctestbed:")
+    return next((line.strip() for line in reversed(lines) if line.startswith("gctestbed: rank ")
                  and "gradient exchange failed" not in line), None)
 
 

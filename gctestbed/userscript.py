@@ -71,7 +71,7 @@ def install(model: DistributedDataParallel) -> hook.HookState | None:
         raise TypeError("gctestbed.install needs the DDP-wrapped model: install(DistributedDataParallel(model))")
     with open(path) as f:
         spec = RunSpec.from_json(f.read())
-    compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
+    compressor = compress.for_run(spec)
     comm = hook.install(model, compressor)
     StepRecorder(model, spec, comm, os.environ.get("GCTESTBED_IFNAME", "eth0"))
     return comm

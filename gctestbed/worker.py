@@ -123,7 +123,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         torch.cuda.set_device(device)
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
-    compressor = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels)
+    compressor = compress.for_run(spec)
     if work.codec:                               # a replay's recorded payloads stand in for the method's
         compressor = recorded.RecordedCodec(compressor, **work.codec)
     averaging = local.averaging(spec, list(model.parameters()))

@@ -44,6 +44,20 @@ def test_every_experiment_plans_at_both_scales_with_valid_cells():
         judge.select(("zz",), False)
 
 
+@pytest.mark.parametrize("claim", catalog.CLAIMS, ids=lambda c: c.id)
+def test_every_part_of_every_claim_can_agree_and_disagree(claim):
+    """Synthetic figures on each side of each part's region: a region no figure can leave (or
+    enter) would make the part unable to disagree (or agree). The page states the disagreeing
+    side for each part."""
+    for part in claim.parts:
+        lo, hi = part.region.low, part.region.high
+        inside = (lo + hi) / 2 if lo is not None and hi is not None else (lo + 1 if lo is not None else hi - 1)
+        outside = lo - 1 if lo is not None else hi + 1
+        assert part.region.judge(Measure(inside, inside - 0.01, inside + 0.01)) == AGREE, part.label
+        assert part.region.judge(Measure(outside, outside - 0.01, outside + 0.01)) == DISAGREE, part.label
+        assert part.region.disagree_text().startswith("a whole interval")
+
+
 def test_a_region_judges_an_interval_inside_clear_of_or_across_its_edge():
     region = at_least(1.5)
     assert region.judge(Measure(2.0, 1.8, 2.2)) == AGREE
@@ -132,6 +146,32 @@ def judge_d_repeats(tmp_path, none_acc, twobit_acc, seeds) -> dict:
             cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 360,
                  repeat=k, seed=seed)
     return judge.judge(catalog.BY_ID["d"], True, str(tmp_path))
+
+
+def test_the_control_rule_spares_the_part_that_measures_the_control_and_a_diverged_control_lost(tmp_path):
+    """f's first part ("top 0.1 % alone loses") measures the control itself: it must be able to
+    disagree, not be called too easy by its own figure. A control that diverged in every run
+    (no accuracy at all) lost; the other parts are judged."""
+    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
+    control = EXPERIMENTS["accuracy-sgd"].control
+    for method, acc in (("none", 0.90), (control, 0.90), ("twobit:threshold=0.01", 0.90)):
+        cell(str(tmp_path / "flat"), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 1_000_000)
+    f = judge.judge(catalog.BY_ID["f"], True, str(tmp_path / "flat"))
+    assert f["parts"][0]["verdict"] == DISAGREE and f["verdict"] == DISAGREE
+    assert judge.judge(catalog.BY_ID["d"], True, str(tmp_path / "flat"))["verdict"] == INCONCLUSIVE   # too easy
+    for method, acc in (("none", 0.90), (control, None), ("twobit:threshold=0.01", 0.90)):
+        cell(str(tmp_path / "diverged"), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 1_000_000)
+    assert judge.judge(catalog.BY_ID["d"], True, str(tmp_path / "diverged"))["verdict"] == AGREE
+
+
+def test_repeats_that_do_not_pair_give_no_interval(tmp_path):
+    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
+    for method, seeds in (("none", (0, 1)), ("twobit:threshold=0.01", (2, 3))):
+        for k, seed in enumerate(seeds):
+            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, 0.9, 360, repeat=k, seed=seed)
+    from gctestbed.claims import figures
+    m = figures.accuracy_delta(judge._rows(str(tmp_path), name), "twobit:threshold=0.01", "none")
+    assert m.value is None and "do not pair" in m.why
 
 
 def test_accuracy_over_repeats_is_a_paired_t_interval_and_a_shared_seed_gives_none(tmp_path):

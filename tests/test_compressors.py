@@ -226,7 +226,7 @@ def test_variance_judges_by_the_per_sample_variance_within_the_batch(alpha, sent
     gradient is g_z = -2·y·x_z (y = 1), so with these four samples
       element  x_z over the samples    g_z                  mean g    Var_z/B (unbiased)   g²
       0        1, 1, 1, 1              -2, -2, -2, -2       -2        0                    4
-      1        1, -1, 1, -0.9          -2, 2, -2, 1.8       -0.05     about 0.96           0.0025
+      1        1, -1, 1, -0.9          -2, 2, -2, 1.8       -0.05     15.23 / 3 / 4 = 1.27  0.0025
       2        1, 1, 1, -0.5           -2, -2, -2, 1        -1.25     2.25 / 4 = 0.5625    1.5625
     alpha 1 sends 0 and 2; alpha 4 (4 x 0.5625 = 2.25 > 1.5625) sends 0 only."""
     x = torch.tensor([[1.0, 1.0, 1.0], [1.0, -1.0, 1.0], [1.0, 1.0, 1.0], [1.0, -0.9, -0.5]])
@@ -279,6 +279,39 @@ def test_per_sample_squares_match_one_backward_per_sample_with_the_batch_statist
         assert torch.allclose(sq, w, rtol=1e-4, atol=1e-9), param.shape
 
 
+def test_the_per_sample_variance_is_taken_around_the_per_sample_mean_with_batch_norm_and_dropout():
+    """With batch norm (held at the batch's statistics in the per-sample pass) and dropout (off
+    there), the step's gradient is not the mean of the per-sample gradients. The variance must be
+    that of the per-sample gradients around their own mean, here computed the slow way: one
+    backward per sample, (sum_z g_z² - B·mean²) / (B - 1) / B."""
+    import copy
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(4 * 4 * 4, 3))
+    x, y = torch.randn(6, 2, 6, 6), torch.tensor([0, 1, 2, 1, 0, 2])
+    loss_fn = torch.nn.functional.cross_entropy
+    (c,) = make("variance")
+    c.attach(model)
+    c.observe(model, loss_fn, x, y)
+    loss_fn(model(x), y).backward()                  # the training step: batch statistics, dropout on
+    weight = model[0].weight
+    got = c._step_variance(weight.grad.reshape(-1).clone(), Bucket(0, [weight.shape], params=[weight]))
+    with torch.no_grad():
+        h = model[0](x)
+    slow = copy.deepcopy(model).eval()
+    slow[1].running_mean.copy_(h.mean((0, 2, 3)))
+    slow[1].running_var.copy_(h.var((0, 2, 3), unbiased=False))
+    per = []
+    for i in range(6):
+        slow.zero_grad()
+        loss_fn(slow(x[i:i + 1]), y[i:i + 1]).backward()
+        per.append(slow[0].weight.grad.reshape(-1).clone())
+    per = torch.stack(per)
+    want = (per.square().sum(0) - 6 * per.mean(0).square()) / 5 / 6
+    assert not torch.allclose(per.mean(0), weight.grad.reshape(-1), rtol=1e-3)   # the two means do differ here
+    assert torch.allclose(got, want, rtol=1e-3, atol=1e-10)
+
+
 @pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.compiler)], ids=["torch", "native"])
 def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
     """The source's hybrid (Tsuzuku et al.: 1942x against variance's 913x and Strom's 230x) sends
@@ -304,6 +337,22 @@ def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
     assert c.v.bucket(Bucket(0, [torch.Size([4])]), g)[3].item() == pytest.approx(0.12 * 0.999)   # kept, decayed by zeta
 
 
+def test_a_runs_seed_moves_the_methods_random_streams_and_seed_zero_leaves_them():
+    """QSGD's stochastic rounding on one gradient: runs of seed 0 round as the option's seed says
+    (the golden vectors elsewhere stay valid); a sweep's repeat of seed 1 rounds differently;
+    two ranks of one run round alike (one stream per run, rank and step)."""
+    from gctestbed import flags
+    g = torch.linspace(-1, 1, 4096)
+    bucket = Bucket(0, [g.shape])
+
+    def codes(run_seed):
+        c = compress.for_run(flags.build_spec(compressor="qsgd:levels=1", seed=str(run_seed)), kernels="torch")
+        return c.decode_local(c.encode(g.clone(), bucket), bucket, g.numel())
+    (plain,) = make("qsgd", "levels=1")
+    assert torch.equal(codes(0), plain.decode_local(plain.encode(g.clone(), bucket), bucket, g.numel()))
+    assert not torch.equal(codes(0), codes(1)) and torch.equal(codes(1), codes(1))
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("topk:ratio=2", "ratio must be in (0, 1]"),
     ("topk:k=3", "has no option 'k'; valid options: ratio (default 0.01)"),
@@ -311,6 +360,7 @@ def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
     ("qsgd:levels=0", "levels must be 1..127"),
     ("powersgd:rank=zero", "not a valid int"),
     ("variance:microbatches=1", "at least 2"),
+    ("variance:estimate=batch", "estimate must be one of sample, microbatch"),
     ("fp16:x=1", "valid options: none"),
 ])
 def test_bad_options_name_the_valid_ones(text, fragment):

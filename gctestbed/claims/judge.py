@@ -87,7 +87,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
-        if part.unit == "pt" and exp.control and m.value is not None:
+        if part.unit == "pt" and exp.control and m.value is not None and m.detail.get("method") != exp.control:
+            # (a part that measures the control itself is the control's own evidence, judged as it is)
             too_easy = control_too_easy(rows, exp.control, margin(part))
             if too_easy:
                 verdict, why = INCONCLUSIVE, too_easy
@@ -113,6 +114,9 @@ def control_too_easy(rows: list[cells.Row], control: str, points: float) -> str:
     positive control (a method that must lose) must lose more than that, its whole interval clear."""
     c = F.accuracy_delta(rows, control, "none")
     if c.value is None:
+        runs = F.pick(rows, compressor=control)
+        if runs and all(r.eval_accuracy is None for r in runs):
+            return ""                   # it diverged in every run: the clearest loss there is
         return f"inconclusive: the positive control ({control}) was not measured: {c.why}"
     if c.high < -points:
         return ""

@@ -29,7 +29,7 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
     workers = list(range(spec.nodes))
     index = rank - spec.nodes
     compressed = spec.comm_options["pull"] == "compressed"
-    method = compress.create(spec.compressor, spec.compressor_options, kernels=spec.kernels, feedback=False)
+    method = compress.for_run(spec, feedback=False)
     layouts: dict[int, tuple[list, list]] = {}
     current, stats = None, None
     tx0, rx0 = counters()

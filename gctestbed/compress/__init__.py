@@ -6,6 +6,6 @@ Importing this package registers every built-in method.
 from . import dense, dgc, lowrank, quantize, sign, sparse, variance  # noqa: F401  (each module registers its methods)
 from .base import Bucket, Compressor, Payload
 from . import registry
-from .registry import create, get, names, resolve
+from .registry import create, for_run, get, names, resolve
 
-__all__ = ["Bucket", "Compressor", "Payload", "create", "get", "names", "resolve"]
+__all__ = ["Bucket", "Compressor", "Payload", "create", "for_run", "get", "names", "resolve"]

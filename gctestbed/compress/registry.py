@@ -63,3 +63,18 @@ def create(name: str, options: dict[str, Any], kernels: str = "torch", feedback:
         from .feedback import ErrorFeedback
         return ErrorFeedback(compressor)
     return compressor
+
+
+RUN_SEED_STRIDE = 1_000_003
+
+
+def for_run(spec: Any, kernels: str | None = None, feedback: bool = True) -> Compressor:
+    """The run's method, its random streams (QSGD's and TernGrad's rounding, random-k's picks,
+    DGC's samples, PowerSGD's start) drawn from its ``seed`` option and the run's seed together: a
+    sweep's repeats (seed + k) are then independent in the method's noise too, while every rank
+    and server of one run, sharing the run's seed, draws the same numbers. Seed 0 leaves the
+    option's own seed as typed."""
+    options = dict(spec.compressor_options)
+    if "seed" in options:
+        options["seed"] = options["seed"] + RUN_SEED_STRIDE * spec.seed
+    return create(spec.compressor, options, kernels=spec.kernels if kernels is None else kernels, feedback=feedback)

@@ -28,6 +28,14 @@ def squares(module: nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tens
     """Per trainable parameter, sum over the batch's samples z of (g_z / B)², g_z the gradient of
     sample z's loss and B the batch size: the squares of each sample's share of the batch's mean
     gradient, the units SampleStats gathers per micro-batch (here a micro-batch is one sample)."""
+    return statistics(module, loss_fn, x, y)[0]
+
+
+def statistics(module: nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tensor
+               ) -> tuple[dict[nn.Parameter, torch.Tensor], dict[nn.Parameter, torch.Tensor]]:
+    """(squares, means) per trainable parameter: the squares as ``squares`` gives them, and the
+    mean of the same per-sample gradients, sum_z g_z / B (with batch norm held or dropout off it
+    differs from the training step's gradient, so a variance is taken around this mean)."""
     named = {n: p for n, p in module.named_parameters() if p.requires_grad}
     params = {n: p.detach() for n, p in named.items()}
     buffers = {n: b.detach() for n, b in module.named_buffers()}
@@ -39,13 +47,16 @@ def squares(module: nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tens
 
     per_sample = vmap(grad(one), in_dims=(None, None, 0, 0))
     out = {n: torch.zeros_like(p) for n, p in params.items()}
+    mean = {n: torch.zeros_like(p) for n, p in params.items()}
     chunk = max(1, int(CHUNK_BYTES // (4 * sum(p.numel() for p in params.values()))))
     with _evaluating(module):
         for i in range(0, size, chunk):
             g = per_sample(params, buffers, x[i:i + chunk], y[i:i + chunk])
             for n in out:
-                out[n] += (g[n] / size).square().sum(0)
-    return {named[n]: s for n, s in out.items()}
+                share = g[n] / size
+                out[n] += share.square().sum(0)
+                mean[n] += share.sum(0)
+    return {named[n]: v for n, v in out.items()}, {named[n]: v for n, v in mean.items()}
 
 
 def _norms(module: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:

@@ -58,13 +58,17 @@ ESTIMATES = ("sample", "microbatch")
 
 
 class BatchSquares:
-    """Per-sample squares of this step's batch (compress.samples), handed out per bucket."""
+    """Per-sample squares and mean of this step's batch (compress.samples), handed out per bucket."""
 
     def __init__(self):
         self.squares: dict[torch.nn.Parameter, torch.Tensor] = {}
+        self.means: dict[torch.nn.Parameter, torch.Tensor] = {}
 
     def take(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
         return torch.cat([self.squares.pop(p).reshape(-1) for p in params])
+
+    def take_means(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        return torch.cat([self.means.pop(p).reshape(-1) for p in params])
 
 
 @dataclass
@@ -117,7 +121,8 @@ def decode4(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 class Variance(Compressor):
     name = "variance"
     server_decodes = False
-    server_refusal = "its encoder reads each whole parameter's per-micro-batch statistics, and servers may cut a parameter"
+    server_refusal = ("its encoder reads each whole parameter's per-sample or per-micro-batch statistics, and servers "
+                      "may cut a parameter")
     collective = "allgather"
     has_kernels = True
     summary = "variance-based: send elements whose accumulated value is unambiguous, 4-bit + index"
@@ -145,15 +150,25 @@ class Variance(Compressor):
             raise ValueError("variance's per-sample estimate needs at least 2 samples in each node's batch")
         if self.sample_stats is None:
             self.sample_stats = BatchSquares()
-        self.sample_stats.squares = samples.squares(module, loss_fn, x, y)
+        self.sample_stats.squares, self.sample_stats.means = samples.statistics(module, loss_fn, x, y)
         self.parts = x.shape[0]
+
+    def _squares(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
+        """The bucket's squares, in the units the variance formula reads (sum_j (g_j / m)^2). Per
+        sample, shifted so that the formula, which centres on the step's gradient, gives the
+        variance around the per-sample gradients' own mean: m²s' - m·raw² = m²s - m·mean²."""
+        if self.sample_stats is None:
+            raise RuntimeError("variance needs per-sample or per-micro-batch statistics: attach(model) gathers them")
+        squares = self.sample_stats.take(bucket.params)
+        if isinstance(self.sample_stats, BatchSquares):
+            raw, mean = grad * bucket.world, self.sample_stats.take_means(bucket.params)
+            squares = squares + (raw * raw - mean * mean) / self.parts
+        return squares
 
     def _step_variance(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
         """Variance of this step's mean gradient, in the units of ``grad`` (already / world)."""
         m = self.parts
-        if self.sample_stats is None:
-            raise RuntimeError("variance needs per-sample or per-micro-batch statistics: attach(model) gathers them")
-        squares = self.sample_stats.take(bucket.params)          # sum_j (g_j / m)^2, local units
+        squares = self._squares(grad, bucket)                    # sum_j (g_j / m)^2, local units
         raw = grad * bucket.world                                # sum_j g_j / m = the local mean gradient
         var_mb = (m * m * squares - m * raw * raw).clamp_min(0) / (m - 1)
         return var_mb / m / bucket.world ** 2
@@ -164,10 +179,8 @@ class Variance(Compressor):
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         r, v = self.r.bucket(bucket, grad), self.v.bucket(bucket, grad)
         if (ops := self.native(grad)) is not None:
-            if self.sample_stats is None:
-                raise RuntimeError("variance needs per-sample or per-micro-batch statistics: attach(model) gathers them")
             o = self.options
-            idx, codes, scale = ops.variance_encode(grad, self.sample_stats.take(bucket.params), r, v, o.alpha, o.zeta,
+            idx, codes, scale = ops.variance_encode(grad, self._squares(grad, bucket), r, v, o.alpha, o.zeta,
                                                     getattr(o, "tau", 0.0), self.parts, bucket.world,
                                                     isinstance(o, HybridOptions))
             return Payload(gather=[idx, codes, scale], sent=idx.numel())

@@ -54,6 +54,7 @@ class _Exited:
 LOST_PEER = "gctestbed: rank 0 step 3: the gradient exchange failed: Connection closed by peer [10.0.0.2]:4321\n"
 SAID_WHY = "step 2\ngctestbed: rank 1 step 3 bucket 0: 1 of 16640 values are NaN or Inf\n"
 ABORTED = "terminate called without an active exception\nFatal Python error: Aborted\n"
+WARNED = "gctestbed: native kernels unavailable, compressors use their pure-torch reference: no compiler\n"
 
 
 @pytest.mark.parametrize("logs, codes", [
@@ -61,7 +62,8 @@ ABORTED = "terminate called without an active exception\nFatal Python error: Abo
     ((LOST_PEER, SAID_WHY + ABORTED), (1, -6)),      # node 1's threads wrote after its own line, and aborted it
     ((LOST_PEER + ABORTED, SAID_WHY), (-11, 1)),     # node 0 crashed at exit after losing its peer
     ((LOST_PEER, "step 2\n"), (-11, -9)),            # node 1 killed (a fault), node 0 crashed after it
-], ids=["plain", "cause-aborted-after", "victim-segfaulted", "cause-killed"])
+    ((WARNED + LOST_PEER, WARNED + "step 2\n"), (1, -11)),     # both warned at start; node 1 crashed
+], ids=["plain", "cause-aborted-after", "victim-segfaulted", "cause-killed", "warnings-are-not-reasons"])
 def test_the_node_that_caused_it_is_blamed_whatever_its_log_ends_with(tmp_path, logs, codes):
     """Node 1 failed; node 0 only lost its peer. Every arrangement here was seen in CI or in a
     fault run: the blame must not turn to node 0."""
