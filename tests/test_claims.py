@@ -148,10 +148,10 @@ def judge_d_repeats(tmp_path, none_acc, twobit_acc, seeds) -> dict:
     return judge.judge(catalog.BY_ID["d"], True, str(tmp_path))
 
 
-def test_the_control_rule_spares_the_part_that_measures_the_control_and_a_diverged_control_lost(tmp_path):
+def test_the_control_rule_spares_the_part_that_measures_the_control_itself(tmp_path):
     """f's first part ("top 0.1 % alone loses") measures the control itself: it must be able to
-    disagree, not be called too easy by its own figure. A control that diverged in every run
-    (no accuracy at all) lost; the other parts are judged."""
+    disagree, not be called too easy by its own figure. A control without an accuracy is not
+    measured, and the other parts say so."""
     name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
     control = EXPERIMENTS["accuracy-sgd"].control
     for method, acc in (("none", 0.90), (control, 0.90), ("twobit:threshold=0.01", 0.90)):
@@ -160,8 +160,9 @@ def test_the_control_rule_spares_the_part_that_measures_the_control_and_a_diverg
     assert f["parts"][0]["verdict"] == DISAGREE and f["verdict"] == DISAGREE
     assert judge.judge(catalog.BY_ID["d"], True, str(tmp_path / "flat"))["verdict"] == INCONCLUSIVE   # too easy
     for method, acc in (("none", 0.90), (control, None), ("twobit:threshold=0.01", 0.90)):
-        cell(str(tmp_path / "diverged"), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 1_000_000)
-    assert judge.judge(catalog.BY_ID["d"], True, str(tmp_path / "diverged"))["verdict"] == AGREE
+        cell(str(tmp_path / "unmeasured"), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 1_000_000)
+    d = judge.judge(catalog.BY_ID["d"], True, str(tmp_path / "unmeasured"))
+    assert d["verdict"] == INCONCLUSIVE and "positive control" in d["parts"][0]["why"]
 
 
 def test_repeats_that_do_not_pair_give_no_interval(tmp_path):
@@ -171,7 +172,15 @@ def test_repeats_that_do_not_pair_give_no_interval(tmp_path):
             cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, 0.9, 360, repeat=k, seed=seed)
     from gctestbed.claims import figures
     m = figures.accuracy_delta(judge._rows(str(tmp_path), name), "twobit:threshold=0.01", "none")
-    assert m.value is None and "do not pair" in m.why
+    assert m.value is None and "differ" in m.why
+    # one repeat of three missing (failed, diverged, not run): no interval over the survivors
+    for k in range(3):
+        cell(str(tmp_path / "gap"), name, params_of("accuracy-sgd", compressor="none"), [0.1] * 3, 0.9, 360, repeat=k, seed=k)
+    for k in (0, 2):
+        cell(str(tmp_path / "gap"), name, params_of("accuracy-sgd", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.9,
+             360, repeat=k, seed=k)
+    gap = figures.accuracy_delta(judge._rows(str(tmp_path / "gap"), name), "twobit:threshold=0.01", "none")
+    assert gap.value is None and "seeds [0, 2]" in gap.why
 
 
 def test_accuracy_over_repeats_is_a_paired_t_interval_and_a_shared_seed_gives_none(tmp_path):

@@ -339,8 +339,9 @@ def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
 
 def test_a_runs_seed_moves_the_methods_random_streams_and_seed_zero_leaves_them():
     """QSGD's stochastic rounding on one gradient: runs of seed 0 round as the option's seed says
-    (the golden vectors elsewhere stay valid); a sweep's repeat of seed 1 rounds differently;
-    two ranks of one run round alike (one stream per run, rank and step)."""
+    (the golden vectors elsewhere stay valid); a sweep's repeat of seed 1 rounds differently, and
+    the same way each time the method is made for it (every rank and server of a run makes it
+    from the same spec)."""
     from gctestbed import flags
     g = torch.linspace(-1, 1, 4096)
     bucket = Bucket(0, [g.shape])

@@ -143,7 +143,11 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
         # four nodes on two cores fall behind the recorded times (CI: the last bucket 6.3 ms late in a
         # spread of 15.5 ms), so the bound here is looser than on the recorded node count
         assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.5 * spread, (rank, mine, recorded)
-        assert all(replayed[k][1] == real[(k[0] % 2, k[1], k[2])][1] for k in replayed if k[0] == rank)
+        # the recorded payloads, step by step (as a set per step: on 2 cores four nodes may hand two
+        # buckets ready together to the hook in the other order, which renumbers them; seen once in CI)
+        for step in {s for r, s, _ in replayed if r == rank}:
+            assert sorted(b for (r, s, _), (_, b) in replayed.items() if r == rank and s == step) == \
+                sorted(b for (r, s, _), (_, b) in real.items() if r == rank % 2 and s == step), (rank, step)
 
 
 def _wire(results_dir) -> tuple[dict[tuple[int, int, int], tuple[int, int]], float]:

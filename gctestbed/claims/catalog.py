@@ -285,9 +285,9 @@ CLAIMS: list[Claim] = [
              "pt")], dataclasses.replace(VARIANCE_RUNS, optimizer="adam")),
     Claim("u", "variance", "With momentum SGD, variance-based compression also reaches hundreds-fold compression "
                            "(383.6x) without losing accuracy.", [
-        Part("bytes sent, none over variance (alpha 2), momentum SGD", SGD, _bytes(E.VARIANCE_2), at_least(100),
-             needs=BYTES),
-        Part("held-out accuracy, variance (alpha 2) minus none, momentum SGD (points)", SGD, _acc(E.VARIANCE_2),
+        Part("bytes sent, none over variance (alpha 2), momentum SGD", "variance-sgd", _bytes(E.VARIANCE_2),
+             at_least(100), needs=BYTES),
+        Part("held-out accuracy, variance (alpha 2) minus none, momentum SGD (points)", "variance-sgd", _acc(E.VARIANCE_2),
              at_least(-1.0), "pt")],
         dataclasses.replace(VARIANCE_RUNS, optimizer="sgd",
                             method="the source's alpha for its momentum-SGD row is not recorded here; alpha 2 is its "

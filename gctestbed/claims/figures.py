@@ -84,9 +84,10 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
                                "so they give no interval (a sweep gives repeat k the seed + k)")
     paired = sorted(set(a) & set(c))
     detail = {"method": method, "baseline": baseline, **where}
-    if (len(a) > 1 or len(c) > 1) and len(paired) < 2:
-        return Measure.missing(f"the runs of {method} (seeds {sorted(a)}) and {baseline} (seeds {sorted(c)}) do not "
-                               "pair: compare runs of the same repeats")
+    if (len(a) > 1 or len(c) > 1) and set(a) != set(c):
+        return Measure.missing(f"the finished runs of {method} (seeds {sorted(a)}) and {baseline} (seeds {sorted(c)}) "
+                               "differ: a repeat failed, diverged or has not run, and leaving it out would judge "
+                               "the survivors only")
     if len(paired) >= 2:
         diffs = [100 * (a[k].eval_accuracy - c[k].eval_accuracy) for k in paired]
         d, n = statistics.fmean(diffs), len(diffs)
