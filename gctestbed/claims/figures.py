@@ -73,21 +73,21 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
     is Student's t on the paired differences; repeats that share a seed are not independent, and
     the figure says so instead of pretending they are. One run each: the binomial error of the two
     accuracies on their held-out samples."""
-    m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
-    a = {r.seed: r for r in m if r.eval_accuracy is not None}
-    c = {r.seed: r for r in b if r.eval_accuracy is not None}
+    m, b = (pick(rows, compressor=x, **where) for x in (method, baseline))
+    m, b = ([r for r in runs if r.eval_accuracy is not None] for runs in (m, b))
+    a, c = {r.seed: r for r in m}, {r.seed: r for r in b}
     if not a or not c:
         return Measure.missing(f"no held-out accuracy of {method if not a else baseline} with {_where(where)} "
                                "(the run failed or diverged)")
-    if len(a) < len([r for r in m if r.eval_accuracy is not None]) or len(c) < len([r for r in b if r.eval_accuracy is not None]):
+    if len(a) < len(m) or len(c) < len(b):
         return Measure.missing(f"the repeats of {method} or {baseline} share a seed: they are not independent runs, "
                                "so they give no interval (a sweep gives repeat k the seed + k)")
-    paired = sorted(set(a) & set(c))
     detail = {"method": method, "baseline": baseline, **where}
     if (len(a) > 1 or len(c) > 1) and set(a) != set(c):
         return Measure.missing(f"the finished runs of {method} (seeds {sorted(a)}) and {baseline} (seeds {sorted(c)}) "
                                "differ: a repeat failed, diverged or has not run, and leaving it out would judge "
                                "the survivors only")
+    paired = sorted(a)
     if len(paired) >= 2:
         diffs = [100 * (a[k].eval_accuracy - c[k].eval_accuracy) for k in paired]
         d, n = statistics.fmean(diffs), len(diffs)

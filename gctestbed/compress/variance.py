@@ -33,11 +33,27 @@ from .memory import Memory
 from .registry import register
 
 
-class SampleStats:
+class BatchSquares:
+    """Squares of this step's parts (and, per sample, their mean), handed out per bucket: per
+    sample from compress.samples; per micro-batch gathered by SampleStats' hooks."""
+
+    def __init__(self):
+        self.squares: dict[torch.nn.Parameter, torch.Tensor] = {}
+        self.means: dict[torch.nn.Parameter, torch.Tensor] = {}
+
+    def take(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """The squares of ``params``, flattened in their order, and forget them."""
+        return torch.cat([self.squares.pop(p).reshape(-1) for p in params])
+
+    def take_means(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        return torch.cat([self.means.pop(p).reshape(-1) for p in params])
+
+
+class SampleStats(BatchSquares):
     """Per-parameter sums of squared per-micro-batch gradients, gathered by tensor hooks."""
 
     def __init__(self, model: torch.nn.Module):
-        self.squares: dict[torch.nn.Parameter, torch.Tensor] = {}
+        super().__init__()
         self.handles = [p.register_hook(self._hook(p)) for p in model.parameters() if p.requires_grad]
 
     def _hook(self, param: torch.nn.Parameter):
@@ -49,26 +65,8 @@ class SampleStats:
                 sq.add_(grad.detach().square())
         return accumulate
 
-    def take(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
-        """The squares of ``params``, flattened in their order, and forget them."""
-        return torch.cat([self.squares.pop(p).reshape(-1) for p in params])
-
 
 ESTIMATES = ("sample", "microbatch")
-
-
-class BatchSquares:
-    """Per-sample squares and mean of this step's batch (compress.samples), handed out per bucket."""
-
-    def __init__(self):
-        self.squares: dict[torch.nn.Parameter, torch.Tensor] = {}
-        self.means: dict[torch.nn.Parameter, torch.Tensor] = {}
-
-    def take(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
-        return torch.cat([self.squares.pop(p).reshape(-1) for p in params])
-
-    def take_means(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
-        return torch.cat([self.means.pop(p).reshape(-1) for p in params])
 
 
 @dataclass
@@ -135,7 +133,7 @@ class Variance(Compressor):
         self.microbatches = 1 if per_sample else self.options.microbatches
         self.reads_batch = per_sample
         self.parts = self.options.microbatches     # what the variance is estimated over: samples or micro-batches
-        self.sample_stats: SampleStats | BatchSquares | None = None     # made by attach
+        self.sample_stats: BatchSquares | None = None     # made by attach
         self.r = Memory()          # accumulated gradient, per parameter
         self.v = Memory()          # accumulated variance
 
@@ -160,7 +158,7 @@ class Variance(Compressor):
         if self.sample_stats is None:
             raise RuntimeError("variance needs per-sample or per-micro-batch statistics: attach(model) gathers them")
         squares = self.sample_stats.take(bucket.params)
-        if isinstance(self.sample_stats, BatchSquares):
+        if getattr(self.sample_stats, "means", None):       # per sample: centre on the samples' own mean
             raw, mean = grad * bucket.world, self.sample_stats.take_means(bucket.params)
             squares = squares + (raw * raw - mean * mean) / self.parts
         return squares
