@@ -350,3 +350,16 @@ def test_the_accuracy_interval_is_the_textbook_wald_interval_of_two_proportions(
     half = 1.96 * math.sqrt(0.9 * 0.1 / 360 + 0.8 * 0.2 / 360)
     assert d["value"] == pytest.approx(-10.0)
     assert d["low"] == pytest.approx(100 * (-0.1 - half)) and d["high"] == pytest.approx(100 * (-0.1 + half))
+
+
+def test_the_crossover_is_the_log_bandwidth_interpolation_worked_by_hand(tmp_path):
+    """none takes 0.2 s a step at 100 Mbit/s and at 1 Gbit/s; the method 0.1 s and 0.4 s: speedups
+    2 and 0.5, so it falls through 1 two thirds of the way in log-bandwidth, at
+    10^(8 + 2/3) = 464 Mbit/s (computed here from the numbers, not by breakeven.crossing)."""
+    from gctestbed.claims import figures
+    name = EXPERIMENTS["crossover"].sweep_name(True)
+    for bw, (none_s, m_s) in (("100mbit", (0.2, 0.1)), ("1gbit", (0.2, 0.4))):
+        for method, t in (("none", none_s), ("topk:ratio=0.01", m_s)):
+            cell(str(tmp_path), name, params_of("crossover", bw=bw, compressor=method), [t] * 8)
+    x = figures.crossover(judge._rows(str(tmp_path), name), "topk:ratio=0.01", "none")
+    assert x.value == pytest.approx(10 ** (8 + 2 / 3), rel=1e-6) and x.low <= x.value <= x.high
