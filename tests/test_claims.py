@@ -363,3 +363,20 @@ def test_the_crossover_is_the_log_bandwidth_interpolation_worked_by_hand(tmp_pat
             cell(str(tmp_path), name, params_of("crossover", bw=bw, compressor=method), [t] * 8)
     x = figures.crossover(judge._rows(str(tmp_path), name), "topk:ratio=0.01", "none")
     assert x.value == pytest.approx(10 ** (8 + 2 / 3), rel=1e-6) and x.low <= x.value <= x.high
+
+
+def test_time_to_accuracy_is_steps_to_the_target_times_step_time_worked_by_hand(tmp_path):
+    """Both reach none's final accuracy less a point (0.89) at their one evaluation, after step 8;
+    none at 0.1 s a step, DGC at 0.05 s: 0.8 s over 0.4 s, 2x. A DGC that ends at 0.85 never
+    reaches it, and the figure says so."""
+    from gctestbed.claims import figures
+    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
+    dgc = EXPERIMENTS["accuracy-sgd"].fill(True, "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch},clip_norm=1")
+    for method, t, acc in (("none", 0.1, 0.90), (dgc, 0.05, 0.90)):
+        cell(str(tmp_path / "fast"), name, params_of("accuracy-sgd", compressor=method), [t] * 8, acc, 2048)
+    x = figures.time_to_accuracy(judge._rows(str(tmp_path / "fast"), name), dgc, "none")
+    assert x.value == pytest.approx(2.0) and x.detail["target_accuracy"] == pytest.approx(0.89)
+    for method, t, acc in (("none", 0.1, 0.90), (dgc, 0.05, 0.85)):
+        cell(str(tmp_path / "short"), name, params_of("accuracy-sgd", compressor=method), [t] * 8, acc, 2048)
+    short = figures.time_to_accuracy(judge._rows(str(tmp_path / "short"), name), dgc, "none")
+    assert short.value is None and "never reached" in short.why
