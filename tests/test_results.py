@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import stat
 
@@ -54,6 +55,48 @@ def test_store_is_private_and_in_wal_mode(tmp_path):
     conn = results.connect(str(tmp_path))
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert stat.S_IMODE(os.stat(results.db_path(str(tmp_path))).st_mode) == 0o600
+
+
+def _open_at_once(results_dir, barrier, failures):
+    barrier.wait()
+    try:
+        results.check_writable(results_dir)
+    except Exception as e:          # noqa: BLE001 - reported to the parent, which fails the test
+        failures.put(str(e))
+
+
+def test_runs_started_together_on_a_new_results_directory_all_open_its_store(tmp_path):
+    """SQLite refuses the switch to WAL at once (no waiting) to a process racing another that is
+    switching the fresh file; seen in CI as two runs started on one new directory, one refused.
+    Three processes open each of 60 fresh stores at the same instant."""
+    ctx = multiprocessing.get_context("fork")
+    failures = ctx.Queue()
+    for i in range(60):
+        barrier = ctx.Barrier(3)
+        procs = [ctx.Process(target=_open_at_once, args=(str(tmp_path / str(i)), barrier, failures)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+    seen = []
+    while not failures.empty():
+        seen.append(failures.get())
+    assert seen == []
+
+
+def test_a_step_is_recorded_whole_or_not_at_all(tmp_path):
+    """A step row lands with its exchanges in one transaction: a node that fails between the two
+    leaves no step without its exchanges."""
+    rec = results.Recorder(str(tmp_path), "r1")
+    rec.start_run(_spec(), {})
+    broken = _exchange(start_s=0.12, done_s=0.3, payloads=None)
+    del broken["encode_s"]                     # fails after the step's own row was written
+    with pytest.raises(KeyError):
+        rec.step(0, 0, step_s=1.0, exchanges=[broken])
+    assert results.store.steps_per_rank(rec.conn, "r1") == {}
+    rec.step(0, 0, step_s=1.0, exchanges=[_exchange(start_s=0.12, done_s=0.3, payloads=None)])
+    assert results.store.steps_per_rank(rec.conn, "r1") == {0: 1}
 
 
 def test_unknown_run_is_a_user_error(tmp_path):

@@ -29,7 +29,7 @@ class Recorder:
     def _writing(self) -> Iterator[sqlite3.Connection]:
         """One transaction; any SQLite failure becomes one StoreError sentence (and is rolled back)."""
         try:
-            with self.conn:
+            with store.transaction(self.conn):
                 yield self.conn
         except sqlite3.Error as e:
             raise store.store_error(self.path, e) from None

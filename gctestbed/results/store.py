@@ -8,12 +8,13 @@ room call its functions and never write a statement of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sqlite3
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..spec import UserError
 
@@ -222,17 +223,44 @@ def connect(results_dir: str, create: bool = True) -> sqlite3.Connection:
         if fresh:
             os.chmod(path, 0o600)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn)
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA foreign_keys=ON")
         if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:    # new or older: no write otherwise
-            with conn:
-                conn.executescript(SCHEMA)
-                _migrate(conn)
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.executescript(SCHEMA)          # idempotent: two processes creating one store both may run it
+            _migrate(conn)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     except (OSError, sqlite3.Error) as e:
         raise store_error(path, e) from None
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Put the store in WAL mode. SQLite answers "locked" at once, without waiting, to a process
+    that asks for WAL while another is switching a fresh store to it (two runs started together on
+    a new results directory): wait for that switch, as for any other lock."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction: every statement inside lands, or none does. It takes the write lock
+    up front (BEGIN IMMEDIATE), so it waits for another writer instead of failing halfway."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def check_writable(results_dir: str) -> None:
@@ -399,7 +427,7 @@ def cell_status(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int) ->
 
 def mark_cell(conn: sqlite3.Connection, sweep: str, cell: str, repeat: int, status: str,
               run_id: str | None = None) -> None:
-    with conn:
+    with transaction(conn):
         conn.execute("INSERT INTO sweep_cells (sweep, cell, repeat, run_id, status, updated) VALUES (?, ?, ?, ?, ?, ?) "
                      "ON CONFLICT (sweep, cell, repeat) DO UPDATE SET status=excluded.status, updated=excluded.updated, "
                      "run_id=COALESCE(excluded.run_id, run_id)", (sweep, cell, repeat, run_id, status, time.time()))
@@ -423,7 +451,7 @@ def export_rank(conn: sqlite3.Connection, run_id: str, rank: int) -> dict[str, l
 
 def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]]) -> None:
     """Add other hosts' rows (from ``export_rank``) to this store; rows it has already are kept."""
-    with conn:
+    with transaction(conn):
         for part in exported:
             for table in RANK_TABLES:
                 for row in part.get(table, []):
@@ -444,7 +472,7 @@ def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, run_id: str) -> b
     rows ``dst`` has already are kept. False when ``src`` has no such run."""
     if src.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
         return False
-    with dst:
+    with transaction(dst):
         for table in RUN_TABLES:
             for row in src.execute(f"SELECT * FROM {table} WHERE run_id=?", (run_id,)):
                 _insert_new(dst, table, dict(row))
