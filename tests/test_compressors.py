@@ -101,6 +101,24 @@ def test_dgc_sizes_dense_small_tensors_and_warmup():
     assert 0.8 * 20 * 8 <= k <= 1.3 * 20 * 8
 
 
+def test_dgc_clips_each_parameters_local_gradient_to_its_share_of_the_threshold():
+    """Golden case by hand (DGC, local gradient clipping; the authors' code clips each named
+    gradient): 2 nodes, clip_norm 1, so each parameter's local gradient is held to 1/sqrt(2).
+    Parameter a's local gradient (3, 4) has norm 5: scaled to (3, 4) * 0.70711 / 5 = (0.42426,
+    0.56569). Parameter b's (0.3, 0.4) has norm 0.5, under the limit: unchanged. The hook's
+    gradient is the local one over the world size. (Clipping the bucket as a whole, norm 5.0249,
+    would shrink b too.)"""
+    (dgc,) = make("dgc", "ratio=1,warmup_epochs=0,clip_norm=1,momentum_correction=false,accumulate=false")
+    bucket = Bucket(0, [torch.Size([2]), torch.Size([2])], world=2)
+    local = torch.tensor([3.0, 4.0, 0.3, 0.4])
+    expected = torch.tensor([0.42426, 0.56569, 0.3, 0.4]) / 2
+    assert torch.allclose(dgc.clip(local / 2, bucket), expected, atol=1e-5)
+    sent = dgc.encode(local / 2, bucket)           # 1-D tensors go dense: what is sent is the clipped gradient
+    assert torch.allclose(sent.reduce[0], expected, atol=1e-5)
+    (off,) = make("dgc", "ratio=1,warmup_epochs=0,clip_norm=0,momentum_correction=false,accumulate=false")
+    assert torch.equal(off.encode(local / 2, bucket).reduce[0], local / 2)
+
+
 def test_dgc_selection_is_close_to_top_k_and_masks_momentum():
     v = torch.randn(100_000)
     idx = sampled_threshold_select(v, 0.001, 0.01, torch.Generator().manual_seed(0))

@@ -7,8 +7,9 @@ estimated from a random sample of |v| (``sample_ratio``, ~1 %) and refined when 
 count misses the target (halved while far too few, exact top-k among the selected when far too
 many, ties to the lower index), never sorting the whole tensor; indices are sent in ascending
 order; the selected v are sent as int32 index + fp32 (or fp16)
-value; both v and u are zeroed where sent (momentum factor masking). The local gradient is
-clipped to ``clip_norm`` / sqrt(N) first (local gradient clipping; 0 turns it off). Density
+value; both v and u are zeroed where sent (momentum factor masking). Each parameter's local
+gradient is clipped to an L2 norm of ``clip_norm`` / sqrt(N) first (local gradient clipping;
+0 turns it off). Density
 warms up: 25 %, 6.25 %, 1.5625 %, 0.39 % over the first ``warmup_epochs`` epochs (75 %, 93.75 %,
 98.4375 %, 99.6 % sparsity), then ``ratio``. Tensors with one dimension or fewer than
 ``min_numel`` elements go dense: velocity all-reduced as is.
@@ -128,13 +129,23 @@ class DGC(Compressor):
     def _sparse(self, bucket: Bucket) -> list[bool]:
         return [len(s) > 1 and s.numel() >= self.options.min_numel for s in bucket.shapes]
 
+    def clip(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
+        """Local gradient clipping: each parameter's own gradient on this node (``grad`` is divided
+        by the world size) scaled down to an L2 norm of at most clip_norm * N^-1/2, before it is
+        accumulated. Per parameter, as the authors' code applies its clipping to each named
+        gradient; N^-1/2 is the paper's share of the global threshold for one of N nodes."""
+        limit = self.options.clip_norm / math.sqrt(bucket.world)
+        out = grad.clone()
+        for view in bucket.split(out):
+            norm = float(view.norm()) * bucket.world
+            if norm > limit:
+                view.mul_(limit / norm)
+        return out
+
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:
         o = self.options
         if o.clip_norm > 0:
-            limit = o.clip_norm / math.sqrt(bucket.world)
-            norm = float((grad * bucket.world).norm())
-            if norm > limit:
-                grad = grad * (limit / norm)
+            grad = self.clip(grad, bucket)
         correct, accumulate = o.momentum_correction, o.accumulate
         u, v = self.velocity.bucket(bucket, grad), self.accumulated.bucket(bucket, grad)
         ops = self.native(grad)
