@@ -22,10 +22,13 @@ class SGDOptions:
     momentum: float = 0.9        # heavy-ball momentum; 0 for plain SGD (a method with momentum inside forces 0)
     weight_decay: float = 0.0    # L2 penalty added to the gradient, as torch.optim.SGD does
     nesterov: bool = False       # Nesterov's look-ahead form (needs momentum > 0)
+    warmup_steps: int = 0        # gradual warm-up of the learning rate (see warmup_factor); 0: none
 
     def __post_init__(self):
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be 0 or more, got {self.weight_decay}")
         if self.nesterov and self.momentum == 0:
@@ -38,8 +41,11 @@ class AdamOptions:
     beta2: float = 0.999         # decay of the second moment; lower (0.98, 0.95) for transformers that spike
     eps: float = 1e-8            # added to the second moment's root; larger is more like SGD
     weight_decay: float = 0.0    # adam: L2 added to the gradient; adamw: decoupled decay of the weights
+    warmup_steps: int = 0        # gradual warm-up of the learning rate (see warmup_factor); 0: none
 
     def __post_init__(self):
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -53,6 +59,25 @@ class AdamWOptions(AdamOptions):
 
 
 OPTIONS: dict[str, type] = dict(zip(OPTIMIZERS, (SGDOptions, AdamOptions, AdamWOptions)))   # spec names them
+
+
+def warmup_factor(step: int, warmup_steps: int, nodes: int) -> float:
+    """The share of the learning rate used at ``step`` (from 0) under gradual warm-up (Goyal et
+    al., 2017, and DGC's training recipe after it): lr / N at the first step, rising linearly to lr
+    over ``warmup_steps`` steps, for N worker nodes. Change ``warmup_steps`` from 0 where a recipe
+    calls for it (DGC warms up over its first epochs); it matters most where lr was scaled with N."""
+    if step >= warmup_steps:
+        return 1.0
+    return (step * (nodes - 1) / warmup_steps + 1) / nodes
+
+
+def warmup(optimizer: torch.optim.Optimizer, options: dict[str, Any], nodes: int):
+    """The schedule that applies warmup_factor to ``optimizer`` (step it after each optimizer
+    step), or None when the run has no warm-up."""
+    steps = options.get("warmup_steps", 0)
+    if not steps:
+        return None
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, steps, nodes))
 
 
 def names() -> list[str]:

@@ -131,6 +131,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)
     optimizer = optimizers.build(spec.optimizer, spec.optimizer_options, model.parameters(), spec.lr,
                                  compressor.momentum_inside, spec.compressor)
+    schedule = optimizers.warmup(optimizer, spec.optimizer_options, spec.nodes)
     if work.optimizer:                           # a replay's recorded optimizer times stand in for the update
         optimizer = work.optimizer(optimizer)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
@@ -155,6 +156,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         sync()
         exchange_s = laps.lap()
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         optimizer.zero_grad(set_to_none=not serial)     # serial: grads stay views of the buckets
         sync()
         optim_s = laps.lap()

@@ -38,3 +38,23 @@ def test_methods_with_momentum_inside_refuse_adam_unless_it_is_turned_off():
     spec = flags.build_spec(compressor="dgc:momentum_correction=false", optimizer="adam:beta2=0.98", eval_every="5")
     assert spec.optimizer == "adam" and spec.optimizer_options["beta2"] == 0.98 and spec.eval_every == 5
     assert flags.build_spec().optimizer == "sgd"         # the default, momentum 0.9 as before
+
+
+def test_warm_up_starts_at_lr_over_n_and_rises_linearly_to_lr():
+    """Golden case by hand (Goyal et al.'s gradual warm-up, as DGC's training applies it: the
+    share at fractional epoch e < W is (e (N - 1) / W + 1) / N): 2 nodes, 4 warm-up steps, lr 0.4
+    -> 0.2, 0.25, 0.3, 0.35, then 0.4 from step 4 on."""
+    assert [optimizers.warmup_factor(s, 4, 2) for s in range(6)] == [0.5, 0.625, 0.75, 0.875, 1.0, 1.0]
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    name, options = optimizers.resolve("sgd:warmup_steps=4")
+    sgd = optimizers.build(name, options, p, lr=0.4)
+    schedule = optimizers.warmup(sgd, options, nodes=2)
+    used = []
+    for _ in range(6):
+        used.append(sgd.param_groups[0]["lr"])
+        sgd.step()
+        schedule.step()
+    assert used == pytest.approx([0.2, 0.25, 0.3, 0.35, 0.4, 0.4])
+    assert optimizers.warmup(sgd, optimizers.resolve("adam")[1], nodes=2) is None      # off by default
+    with pytest.raises(SpecError, match="warmup_steps must be 0 or more"):
+        optimizers.resolve("adam:warmup_steps=-1")

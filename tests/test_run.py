@@ -53,6 +53,26 @@ def test_loss_falls_on_the_teacher_task(tmp_path, state_dir):
     assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
 
 
+def test_a_warm_up_takes_its_first_step_at_lr_over_the_node_count_then_rises(tmp_path, state_dir):
+    """Warm-up in the worker's loop: with 2 nodes and one warm-up step, lr 0.1 takes its first
+    step at 0.05 and its second at 0.1. So its second step's loss is exactly that of a run at
+    lr 0.05 without warm-up (same seed, same batches), and not that of lr 0.1; its third is not the
+    lr 0.05 run's (the schedule moved on)."""
+    from gctestbed import results
+
+    def losses(*args):
+        d = tmp_path / str(len(list(tmp_path.iterdir())))
+        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "3", "--no-calibrate",
+                         "--results", str(d), *args)
+        assert proc.returncode == 0, proc.stderr
+        return [r[0] for r in results.connect(str(d)).execute("SELECT loss FROM steps WHERE rank=0 ORDER BY step")]
+
+    warmed = losses("--lr", "0.1", "--optimizer", "sgd:momentum=0,warmup_steps=1")
+    half = losses("--lr", "0.05", "--optimizer", "sgd:momentum=0")
+    assert warmed[1] == half[1] and warmed[2] != half[2]
+    assert warmed[1] != losses("--lr", "0.1", "--optimizer", "sgd:momentum=0")[1]
+
+
 def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
     """The run's probe is told this kernel has no netem (a sitecustomize in the CLI's process), so
     the refusal is tested on every kernel, with netem or without."""
