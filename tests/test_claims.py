@@ -10,7 +10,7 @@ import pytest
 
 from gctestbed import results
 from gctestbed.claims import catalog, judge
-from gctestbed.claims.experiments import EXPERIMENTS
+from gctestbed.claims.experiments import EXPERIMENTS, STROM_TAUS
 from gctestbed.claims.conditions import Conditions
 from gctestbed.claims.verdict import (AGREE, DISAGREE, INCONCLUSIVE, OUT_OF_SCOPE, Measure, at_least, at_most, between,
                                       combine)
@@ -380,3 +380,56 @@ def test_time_to_accuracy_is_steps_to_the_target_times_step_time_worked_by_hand(
         cell(str(tmp_path / "short"), name, params_of("accuracy-sgd", compressor=method), [t] * 8, acc, 2048)
     short = figures.time_to_accuracy(judge._rows(str(tmp_path / "short"), name), dgc, "none")
     assert short.value is None and "never reached" in short.why
+
+
+def judge_i(tmp_path, taus: list[tuple[float, int]]) -> dict:
+    """Claim i on a made-up store: none at 60 % sending 10,000 bytes a step, the control at 20 %,
+    and Strom's tau, in the experiment's order, at the (accuracy, bytes) given; one run each on
+    10^6 held-out samples, so the binomial intervals are a tenth of a point wide."""
+    name, exp = EXPERIMENTS["accuracy-sgd"].sweep_name(True), EXPERIMENTS["accuracy-sgd"]
+    for method, (acc, tx) in [("none", (0.60, 10_000)), (exp.control, (0.20, 10_000)), *zip(STROM_TAUS, taus)]:
+        cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 1_000_000, tx=tx)
+    return judge.judge(catalog.BY_ID["i"], True, str(tmp_path))
+
+
+def test_claim_i_is_judged_on_the_tau_curve_worked_by_hand(tmp_path):
+    """Brittle: the taus that keep accuracy (1e-5 at 1x, 1e-4 at 5x, -0.2 points) compress at most
+    5x, and the first tau past 10x (1e-3, 20x) loses 6 points: both parts agree. Not brittle: 1e-3
+    keeps accuracy at 20x, so the kept compression is 20x (over 10: disagree) and the first tau past
+    10x loses nothing (disagree)."""
+    brittle = judge_i(tmp_path / "brittle", [(0.60, 10_000), (0.598, 2_000), (0.54, 500), (0.30, 100), (0.20, 10)])
+    kept, first = brittle["parts"]
+    assert kept["value"] == pytest.approx(5.0) and kept["verdict"] == AGREE
+    assert first["value"] == pytest.approx(-6.0) and first["detail"]["ratio"] == pytest.approx(20.0)
+    assert brittle["verdict"] == AGREE
+    robust = judge_i(tmp_path / "robust", [(0.60, 10_000), (0.598, 2_000), (0.60, 500), (0.50, 100), (0.20, 10)])
+    kept, first = robust["parts"]
+    assert kept["value"] == pytest.approx(20.0) and kept["verdict"] == DISAGREE
+    assert first["value"] == pytest.approx(0.0, abs=1e-9) and first["verdict"] == DISAGREE
+    # no tau keeps accuracy: the most compression at kept accuracy is none's own, 1x
+    lost = judge_i(tmp_path / "lost", [(0.50, 10_000), (0.40, 2_000), (0.30, 500), (0.20, 100), (0.20, 10)])
+    assert lost["parts"][0]["value"] == pytest.approx(1.0) and lost["parts"][0]["verdict"] == AGREE
+
+
+def test_speedups_and_byte_ratios_over_seeds_are_paired_t_intervals_on_log_ratios_worked_by_hand(tmp_path):
+    """By hand: on seeds 0, 1, 2 none sends 8,000 bytes a step and the method 4,000, 2,000 and
+    1,000: ratios 2, 4, 8. Their logarithms are ln 2 x (1, 2, 3): mean 2 ln 2 (the geometric mean,
+    4), standard deviation ln 2, t(0.975, 2 degrees) = 4.3027 (a t table), half width
+    4.3027 x 0.69315 / sqrt(3) = 1.72189, e^1.72189 = 5.5951: [4 / 5.5951, 4 x 5.5951] = [0.7149, 22.380].
+    The same step times (none 0.8 s, the method 0.4, 0.2, 0.1 s) give the same speedup. Repeats
+    that share a seed do not pair, and keep the range over repeats (1000 ... 4000 against 8000:
+    2 to 8)."""
+    from gctestbed.claims import figures
+    name, method = EXPERIMENTS["accuracy-sgd"].sweep_name(True), "twobit:threshold=0.01"
+    for seeds, where in (((0, 1, 2), "paired"), ((0, 1, 0), "shared")):
+        for k, (seed, tx) in enumerate(zip(seeds, (4000, 2000, 1000))):
+            cell(str(tmp_path / where), name, params_of("accuracy-sgd", compressor="none"), [0.8] * 3, 0.9, 360,
+                 tx=8000, repeat=k, seed=seed)
+            cell(str(tmp_path / where), name, params_of("accuracy-sgd", compressor=method), [tx / 10_000] * 3, 0.9, 360,
+                 tx=tx, repeat=k, seed=seed)
+    rows = judge._rows(str(tmp_path / "paired"), name)
+    for m in (figures.compression(rows, method), figures.speedup(rows, method, "none")):
+        assert (m.value, m.low, m.high) == pytest.approx((4.0, 0.7149, 22.380), rel=1e-4)
+        assert m.detail["seeds"] == [0, 1, 2] and "paired" in m.detail["interval"]
+    shared = figures.compression(judge._rows(str(tmp_path / "shared"), name), method)
+    assert (shared.low, shared.high) == pytest.approx((2.0, 8.0)) and "range" in shared.detail["interval"]

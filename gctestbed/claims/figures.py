@@ -2,13 +2,16 @@
 
 Speed figures come from step times (the slowest rank's, as everywhere); bytes from the kernel's
 interface counters, not from gctestbed's own payload accounting, so a method that miscounts its
-payload cannot pass a compression claim; accuracy from the held-out evaluation. Intervals: across
-repeats where a cell has several; with one run per cell, from inside the runs: the interquartile
-range of the step times, and the binomial standard error of an accuracy on its n held-out samples.
+payload cannot pass a compression claim; accuracy from the held-out evaluation. Intervals: over
+independent repeats paired by seed where a cell has them (Student's t on the paired differences,
+or on the log ratios of speedups and byte ratios); the range across repeats that do not pair; with
+one run per cell, from inside the runs: the interquartile range of the step times, and the
+binomial standard error of an accuracy on its n held-out samples.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from typing import Callable
@@ -45,6 +48,8 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         return Measure.missing(f"no finished run of {method if not m else baseline} with {_where(where)}")
     tm, tb = [r.step_s for r in m], [r.step_s for r in b]
     value = statistics.median(tb) / statistics.median(tm)
+    if paired := paired_ratio(b, m, lambda r: r.step_s):
+        return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail, **where})
     if len(tm) > 1 and len(tb) > 1:
         low, high, how = min(tb) / max(tm), max(tb) / min(tm), f"range over {min(len(tm), len(tb))} repeats"
     else:
@@ -52,6 +57,34 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         low, high, how = bl / mh, bh / ml, "interquartile step times of one run each"
     return Measure(value, low, high, detail={"method": method, "baseline": baseline, "method_step_s": statistics.median(tm),
                                              "baseline_step_s": statistics.median(tb), "interval": how, **where})
+
+
+def paired_ratio(num: list[Row], den: list[Row], value: Callable[[Row], float]) -> Measure | None:
+    """value(num) / value(den) over independent repeats paired by seed (a sweep's methods share a
+    repeat's seed): the geometric mean of the per-seed ratios, with Student's t 95 % interval on
+    their logarithms. None unless both sides have the same two or more distinct seeds."""
+    a, b = _by_seed(num, value), _by_seed(den, value)
+    if a is None or b is None or set(a) != set(b) or len(a) < 2:
+        return None
+    seeds = sorted(a)
+    logs = [math.log(a[k] / b[k]) for k in seeds]
+    mean, n = statistics.fmean(logs), len(logs)
+    half = _t(n) * statistics.stdev(logs) / math.sqrt(n)
+    return Measure(math.exp(mean), math.exp(mean - half), math.exp(mean + half),
+                   detail={"seeds": seeds, "ratios": [a[k] / b[k] for k in seeds], "n": n,
+                           "interval": f"Student's t, 95 %, on the log ratios of {n} seeds, paired"})
+
+
+def _by_seed(rows: list[Row], value: Callable[[Row], float]) -> dict[int, float] | None:
+    """seed -> value, or None when a seed repeats (rows of different cells: not one pairing) or a
+    value is missing."""
+    out = {}
+    for r in rows:
+        v = value(r)
+        if r.seed is None or r.seed in out or not v:
+            return None
+        out[r.seed] = v
+    return out
 
 
 def ratio_of(a: Measure, b: Measure, label: str = "") -> Measure:
@@ -172,10 +205,13 @@ def compression(rows: list[Row], method: str, baseline: str = "none", **where) -
     if not wm or not wb:
         return Measure.missing(f"no interface counters of {method if not wm else baseline} with {_where(where)}")
     pm, pb = [r.payload_bytes for r in m if r.payload_bytes], [r.payload_bytes for r in b if r.payload_bytes]
+    payload_ratio = statistics.median(pb) / statistics.median(pm) if pm and pb else None
+    if paired := paired_ratio(b, m, lambda r: r.wire_bytes):
+        return dataclasses.replace(paired, detail={"method": method, "payload_ratio": payload_ratio, **paired.detail, **where})
     return Measure(statistics.median(wb) / statistics.median(wm), min(wb) / max(wm), max(wb) / min(wm),
                    detail={"method": method, "wire_bytes_per_step": statistics.median(wm),
                            "baseline_wire_bytes_per_step": statistics.median(wb),
-                           "payload_ratio": statistics.median(pb) / statistics.median(pm) if pm and pb else None,
+                           "payload_ratio": payload_ratio,
                            "interval": "range over repeats" if len(wm) > 1 else "one run each", **where})
 
 
