@@ -433,3 +433,62 @@ def test_speedups_and_byte_ratios_over_seeds_are_paired_t_intervals_on_log_ratio
         assert m.detail["seeds"] == [0, 1, 2] and "paired" in m.detail["interval"]
     shared = figures.compression(judge._rows(str(tmp_path / "shared"), name), method)
     assert (shared.low, shared.high) == pytest.approx((2.0, 8.0)) and "range" in shared.detail["interval"]
+
+
+_E = EXPERIMENTS
+_SGD_BASE = {"none": (0.60, 10_000), _E["accuracy-sgd"].control: (0.20, 10)}
+_ADAM_BASE = {"none": (0.90, 10_000), _E["accuracy-adam"].control: (0.50, 625)}
+from gctestbed.claims import experiments as X  # noqa: E402
+
+# claim -> (experiment, {case: (methods' (accuracy, bytes a step) beside the base, every part's verdict)}),
+# each figure worked by hand from the part's definition (catalog.py), on 10^6 held-out samples
+# (intervals a tenth of a point wide) and one run each
+PER_CLAIM = {
+    "d": ("accuracy-sgd", {"agree": ({"twobit:threshold=0.01": (0.598, 625)}, [AGREE]),             # -0.2 pt
+                           "disagree": ({"twobit:threshold=0.01": (0.55, 625)}, [DISAGREE])}),      # -5 pt
+    "e": ("accuracy-sgd", {"agree": ({X.DGC_FULL: (0.60, 10)}, [AGREE]),
+                           "disagree": ({X.DGC_FULL: (0.50, 10)}, [DISAGREE])}),                    # -10 pt
+    # f: the control (top 0.1 % alone, 20 %) loses 40 points; each step's gain is its accuracy minus the one before
+    "f": ("accuracy-sgd", {"agree": ({X.DGC_ACC: (0.50, 10), X.DGC_MC: (0.55, 10), X.DGC_MASK: (0.58, 10),
+                                      X.DGC_WARM: (0.59, 10)}, [AGREE] * 5),
+                           "disagree": ({X.DGC_ACC: (0.15, 10), X.DGC_MC: (0.10, 10), X.DGC_MASK: (0.05, 10),
+                                         X.DGC_WARM: (0.01, 10)}, [AGREE] + [DISAGREE] * 4)}),
+    "h": ("accuracy-adam", {"agree": ({X.VARIANCE: (0.899, 50)}, [AGREE, AGREE]),                  # 200x, -0.1 pt
+                            "disagree": ({X.VARIANCE: (0.80, 1000)}, [DISAGREE, DISAGREE])}),       # 10x, -10 pt
+    # j: hybrid's ratio over the better of variance alpha 2's and Strom tau 0.01's: 500 / 250 = 2; 100 / 200 = 0.5
+    "j": ("accuracy-adam", {"agree": ({X.HYBRID: (0.89, 20), X.VARIANCE_2: (0.90, 50), X.STROM_LARGE: (0.90, 40)},
+                                      [AGREE, AGREE]),
+                            "disagree": ({X.HYBRID: (0.80, 100), X.VARIANCE_2: (0.90, 50), X.STROM_LARGE: (0.90, 100)},
+                                         [DISAGREE, DISAGREE])}),
+    # k: 4-bit at 8x (inside 4-12) or 20x (outside), and the three rows' accuracies
+    "k": ("accuracy-sgd", {"agree": ({X.QSGD_4BIT: (0.598, 1250), X.QSGD_3BIT: (0.598, 1500), X.QSGD_2BIT: (0.597, 600)},
+                                     [AGREE] * 4),
+                           "disagree": ({X.QSGD_4BIT: (0.55, 500), X.QSGD_3BIT: (0.55, 1500), X.QSGD_2BIT: (0.50, 600)},
+                                        [DISAGREE] * 4)}),
+    # s: without the residual -20 pt and the residual gains 19; or neither loses nor gains
+    "s": ("accuracy-sgd", {"agree": ({X.TWOBIT_DISCARD: (0.40, 625), "twobit:threshold=0.01": (0.59, 625)}, [AGREE] * 2),
+                           "disagree": ({X.TWOBIT_DISCARD: (0.60, 625), "twobit:threshold=0.01": (0.60, 625)},
+                                        [DISAGREE] * 2)}),
+    # t: ratios 100, 200, 500 rise by 2 and 2.5 (smallest 2); 500, 200, 100 fall (0.4, 0.5)
+    "t": ("accuracy-adam", {"agree": ({X.VARIANCE: (0.90, 100), X.VARIANCE_15: (0.90, 50), X.VARIANCE_2: (0.899, 20)},
+                                      [AGREE, AGREE]),
+                            "disagree": ({X.VARIANCE: (0.90, 20), X.VARIANCE_15: (0.90, 50), X.VARIANCE_2: (0.80, 100)},
+                                         [DISAGREE, DISAGREE])}),
+    "w": ("accuracy-sgd", {"agree": ({X.DGC_MASK: (0.50, 10), X.DGC_CLIP: (0.55, 10)}, [AGREE]),     # +5 pt
+                           "disagree": ({X.DGC_MASK: (0.50, 10), X.DGC_CLIP: (0.40, 10)}, [DISAGREE])}),
+}
+
+
+@pytest.mark.parametrize("claim_id, case", [(c, k) for c, (_, cases) in PER_CLAIM.items() for k in cases])
+def test_each_claim_in_scope_here_gives_each_verdict_on_measurements_made_for_it(tmp_path, claim_id, case):
+    """Every claim these CPU machines judge, fed made-up measurements that must make each of its
+    parts agree, and others that must make them disagree (the positive control losing in both)."""
+    experiment, cases = PER_CLAIM[claim_id]
+    methods, verdicts = cases[case]
+    exp = _E[experiment]
+    base = _SGD_BASE if experiment == "accuracy-sgd" else _ADAM_BASE
+    for method, (acc, tx) in {**base, **methods}.items():
+        cell(str(tmp_path), exp.sweep_name(True), params_of(experiment, compressor=method), [0.1] * 3, acc, 1_000_000,
+             tx=tx)
+    out = judge.judge(catalog.BY_ID[claim_id], True, str(tmp_path))
+    assert [p["verdict"] for p in out["parts"]] == verdicts, [(p["label"], p["value"], p.get("why")) for p in out["parts"]]
