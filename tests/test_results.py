@@ -99,6 +99,22 @@ def test_a_step_is_recorded_whole_or_not_at_all(tmp_path):
     assert results.store.steps_per_rank(rec.conn, "r1") == {0: 1}
 
 
+def test_a_full_store_says_so_and_leaves_no_transaction_open(tmp_path):
+    """SQLite rolls a transaction back itself when the disk fills: the error told is SQLite's
+    ("database or disk is full"), not that of a second rollback, and the next write starts clean."""
+    rec = results.Recorder(str(tmp_path), "r1")
+    rec.start_run(_spec(), {})
+    pages = rec.conn.execute("PRAGMA page_count").fetchone()[0]
+    rec.conn.execute(f"PRAGMA max_page_count={pages}")          # no room for one more page
+    many = [_exchange(seq=i, start_s=0.1, done_s=0.2, payloads=list(range(200))) for i in range(200)]
+    with pytest.raises(results.StoreError, match="database or disk is full") as raised:
+        rec.step(0, 0, step_s=1.0, exchanges=many)
+    assert "rollback" not in str(raised.value) and not rec.conn.in_transaction
+    rec.conn.execute("PRAGMA max_page_count=1073741823")
+    rec.step(0, 0, step_s=1.0)
+    assert results.store.steps_per_rank(rec.conn, "r1") == {0: 1}
+
+
 def test_unknown_run_is_a_user_error(tmp_path):
     conn = results.connect(str(tmp_path))
     with pytest.raises(UserError, match="no runs yet"):

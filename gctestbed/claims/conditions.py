@@ -36,6 +36,7 @@ class Conditions:
     model: str = ""                 # in words: the sources' models and sizes
     nodes: str = ""                 # in words: the cluster sizes
     method: str | None = None       # how the methods here depart from the source's rows, if they do
+    caveat: str = ""                # departures judged not to decide the verdict: shown beside it, never gating
 
     def describe(self) -> str:
         out = [f"comm {self.comm}" if self.comm != ANY else "", f"{self.device.upper()} nodes" if self.device != ANY else "",

@@ -49,7 +49,9 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     tm, tb = [r.step_s for r in m], [r.step_s for r in b]
     value = statistics.median(tb) / statistics.median(tm)
     if paired := paired_ratio(b, m, lambda r: r.step_s):
-        return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail, **where})
+        return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail,
+                                                   "method_step_s": statistics.median(tm),
+                                                   "baseline_step_s": statistics.median(tb), **where})
     if len(tm) > 1 and len(tb) > 1:
         low, high, how = min(tb) / max(tm), max(tb) / min(tm), f"range over {min(len(tm), len(tb))} repeats"
     else:
@@ -207,7 +209,9 @@ def compression(rows: list[Row], method: str, baseline: str = "none", **where) -
     pm, pb = [r.payload_bytes for r in m if r.payload_bytes], [r.payload_bytes for r in b if r.payload_bytes]
     payload_ratio = statistics.median(pb) / statistics.median(pm) if pm and pb else None
     if paired := paired_ratio(b, m, lambda r: r.wire_bytes):
-        return dataclasses.replace(paired, detail={"method": method, "payload_ratio": payload_ratio, **paired.detail, **where})
+        return dataclasses.replace(paired, detail={"method": method, "wire_bytes_per_step": statistics.median(wm),
+                                                   "baseline_wire_bytes_per_step": statistics.median(wb),
+                                                   "payload_ratio": payload_ratio, **paired.detail, **where})
     return Measure(statistics.median(wb) / statistics.median(wm), min(wb) / max(wm), max(wb) / min(wm),
                    detail={"method": method, "wire_bytes_per_step": statistics.median(wm),
                            "baseline_wire_bytes_per_step": statistics.median(wb),

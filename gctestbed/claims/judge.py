@@ -87,7 +87,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
-        if part.unit == "pt" and exp.control and m.value is not None and m.detail.get("method") != exp.control:
+        if margin(part) and exp.control and m.value is not None and m.detail.get("method") != exp.control:
             # (a part that measures the control itself is the control's own evidence, judged as it is)
             too_easy = control_too_easy(rows, exp.control, margin(part))
             if too_easy:
@@ -97,14 +97,19 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
     return {"id": claim.id, "source": claim.source, "sentence": claim.sentence, "verdict": combine([p["verdict"] for p in parts]),
             "quick": quick, "scale": scales, "toy": quick, "baseline": baseline, "parts": parts, "results_dir": results_dir,
-            "source_conditions": claim.conditions.describe(),
+            "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
 
 
-def margin(part: Part) -> float:
-    """The accuracy margin a part judges by, in points: the edge of its region away from zero (a
-    loss of at most one point: 1), at least one point."""
+def margin(part: Part) -> float | None:
+    """The accuracy margin a part judges by, in points, or None for a part that reads no accuracy:
+    its own (``Part.margin``: a figure that is not in points but tells kept accuracy from lost by
+    one), else the edge of its region away from zero (a loss of at most one point: 1), at least one."""
+    if part.margin is not None:
+        return part.margin
+    if part.unit != "pt":
+        return None
     edges = [abs(e) for e in (part.region.low, part.region.high) if e is not None]
     return max([1.0] + edges)
 

@@ -76,7 +76,8 @@ def render_html(report: dict) -> str:
                      f"{c['verdict']}</span>{' (toy scale)' if c['toy'] else ''}</h2>"
                      f"<p><b>{html.escape(c['source'])}</b>: {html.escape(c['sentence'])}</p>"
                      f"<p>the source's conditions: {html.escape(c.get('source_conditions') or 'not limited')}</p>"
-                     f"<p><i>measured at: {html.escape(scale)}</i></p>")
+                     f"<p><i>measured at: {html.escape(scale)}</i></p>"
+                     + (f"<p>departures that do not gate the verdict: {html.escape(c['caveat'])}</p>" if c.get("caveat") else ""))
         rows = "".join(f"<tr><td>{html.escape(p['label'])}</td><td>{fmt(p['value'], p['unit'])}</td>"
                        f"<td>[{fmt(p['low'], p['unit'])}, {fmt(p['high'], p['unit'])}]</td><td>{html.escape(p['holds_if'])}</td>"
                        f"<td>{p['verdict']}</td><td>{html.escape(p['why'])}</td></tr>" for p in c["parts"])
@@ -103,7 +104,8 @@ def markdown(report: dict, heading: str) -> str:
                 f"**{c['source']}**: {c['sentence']}", "",
                 f"- the source's conditions: {c.get('source_conditions') or 'not limited'}",
                 "- here: " + "; ".join(f"{k}: {v}" for k, v in (c.get("conditions_here") or {}).items()),
-                "- measured at: " + "; ".join(f"{k}: {v}" for k, v in c["scale"].items()), "",
+                "- measured at: " + "; ".join(f"{k}: {v}" for k, v in c["scale"].items()),
+                *([f"- departures that do not gate the verdict: {c['caveat']}"] if c.get("caveat") else []), "",
                 "| part | value [interval] | n | verdict | would have disagreed | note |", "| --- | --- | --- | --- | --- | --- |"]
         for p in c["parts"]:
             n = (p.get("detail") or {}).get("n", "")

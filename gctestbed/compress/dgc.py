@@ -132,14 +132,16 @@ class DGC(Compressor):
     def clip(self, grad: torch.Tensor, bucket: Bucket) -> torch.Tensor:
         """Local gradient clipping: each parameter's own gradient on this node (``grad`` is divided
         by the world size) scaled down to an L2 norm of at most clip_norm * N^-1/2, before it is
-        accumulated. Per parameter, as the authors' code applies its clipping to each named
-        gradient; N^-1/2 is the paper's share of the global threshold for one of N nodes."""
+        accumulated; N^-1/2 is the paper's share of the global threshold for one of N nodes. The
+        paper clips the node's whole gradient (the sum of its L2 norms); a hook sees one bucket at
+        a time while backward runs, so the rule here is per parameter (the authors' released memory
+        class also applies its clipping hook, unset in their configs, to each parameter's gradient)."""
         limit = self.options.clip_norm / math.sqrt(bucket.world)
         out = grad.clone()
-        for view in bucket.split(out):
-            norm = float(view.norm()) * bucket.world
-            if norm > limit:
-                view.mul_(limit / norm)
+        views = [v.reshape(-1) for v in bucket.split(out)]
+        norms = torch.stack([v.norm() for v in views]) * bucket.world    # one tensor: no device sync per parameter
+        for view, scale in zip(views, (limit / norms).clamp(max=1.0)):
+            view.mul_(scale)
         return out
 
     def encode(self, grad: torch.Tensor, bucket: Bucket) -> Payload:

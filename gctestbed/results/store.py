@@ -254,13 +254,14 @@ def _use_wal(conn: sqlite3.Connection) -> None:
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction: every statement inside lands, or none does. It takes the write lock
     up front (BEGIN IMMEDIATE), so it waits for another writer instead of failing halfway."""
-    conn.execute("BEGIN IMMEDIATE")
     try:
+        conn.execute("BEGIN IMMEDIATE")
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:      # SQLite may have rolled back already (a full disk): its error is the one to tell
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 def check_writable(results_dir: str) -> None:
