@@ -155,6 +155,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
             sys.exit(exchange_failed(e, rank, step))
         sync()
         exchange_s = laps.lap()
+        if not work.optimizer:           # (a replay's recorded optimizer time holds the clipping's)
+            optimizers.clip(model.parameters(), spec.optimizer_options, compressor.clips_locally)
         optimizer.step()
         if schedule is not None:
             schedule.step()

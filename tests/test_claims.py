@@ -459,7 +459,7 @@ from gctestbed.claims import experiments as X  # noqa: E402
 PER_CLAIM = {
     "d": ("accuracy-sgd", {"agree": ({"twobit:threshold=0.01": (0.598, 625)}, [AGREE]),             # -0.2 pt
                            "disagree": ({"twobit:threshold=0.01": (0.55, 625)}, [DISAGREE])}),      # -5 pt
-    "e": ("accuracy-sgd", {"agree": ({X.DGC_FULL: (0.60, 10)}, [AGREE]),
+    "e": ("dgc-recipe", {"agree": ({X.DGC_FULL: (0.60, 10)}, [AGREE]),
                            "disagree": ({X.DGC_FULL: (0.50, 10)}, [DISAGREE])}),                    # -10 pt
     # f: the control (top 0.1 % alone, 20 %) loses 40 points; each step's gain is its accuracy minus the one before
     "f": ("accuracy-sgd", {"agree": ({X.DGC_ACC: (0.50, 10), X.DGC_MC: (0.55, 10), X.DGC_MASK: (0.58, 10),
@@ -500,7 +500,7 @@ def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_mad
     experiment, cases = PER_CLAIM[claim_id]
     methods, verdicts = cases[case]
     exp = _E[experiment]
-    base = _SGD_BASE if experiment == "accuracy-sgd" else _ADAM_BASE
+    base = _ADAM_BASE if experiment == "accuracy-adam" else _SGD_BASE
     for method, (acc, tx) in {**base, **methods}.items():
         cell(str(tmp_path), exp.sweep_name(True), params_of(experiment, compressor=method), [0.1] * 3, acc, 1_000_000,
              tx=tx)

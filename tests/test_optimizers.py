@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gctestbed import flags, optimizers
+from gctestbed import compress, flags, optimizers
 from gctestbed.spec import SpecError
 
 
@@ -58,3 +58,20 @@ def test_warm_up_starts_at_lr_over_n_and_rises_linearly_to_lr():
     assert optimizers.warmup(sgd, optimizers.resolve("adam")[1], nodes=2) is None      # off by default
     with pytest.raises(SpecError, match="warmup_steps must be 0 or more"):
         optimizers.resolve("adam:warmup_steps=-1")
+
+
+def test_clipping_holds_the_averaged_gradients_global_norm_unless_the_method_clips_locally():
+    """By hand: gradients (3) and (4) have a global L2 norm of 5; held to 1 they are 0.6 and 0.8.
+    A method that clips each node's gradient itself (DGC) replaces this clipping: left as is."""
+    def grads(clip_text, clips_locally=False):
+        params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+        params[0].grad, params[1].grad = torch.tensor([3.0]), torch.tensor([4.0])
+        optimizers.clip(params, optimizers.resolve(clip_text)[1], clips_locally)
+        return [float(p.grad) for p in params]
+
+    assert grads("sgd:clip_norm=1") == pytest.approx([0.6, 0.8])
+    assert grads("adam:clip_norm=10") == pytest.approx([3.0, 4.0])          # under the limit
+    assert grads("sgd") == [3.0, 4.0]                                        # off by default
+    assert grads("sgd:clip_norm=1", clips_locally=True) == [3.0, 4.0]
+    assert compress.create("dgc", compress.resolve("dgc:clip_norm=0.25")[1]).clips_locally
+    assert not compress.create("dgc", compress.resolve("dgc")[1]).clips_locally

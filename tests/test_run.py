@@ -73,6 +73,28 @@ def test_a_warm_up_takes_its_first_step_at_lr_over_the_node_count_then_rises(tmp
     assert warmed[1] != losses("--lr", "0.1", "--optimizer", "sgd:momentum=0")[1]
 
 
+def test_clipping_applies_to_the_averaged_gradient_unless_dgc_clips_locally(tmp_path, state_dir):
+    """Clipping in the worker's loop: held to a global norm of 1e-9, a step moves the weights by at
+    most lr x 1e-9, so the second step's loss is that of weights that did not move (a run at lr
+    1e-12); unclipped they move. DGC with its own local clipping replaces the run's clipping: its
+    weights move although the run asks for 1e-9."""
+    from gctestbed import results
+
+    def second_loss(*args):
+        d = tmp_path / str(len(list(tmp_path.iterdir())))
+        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--no-calibrate",
+                         "--results", str(d), *args)
+        assert proc.returncode == 0, proc.stderr
+        return results.connect(str(d)).execute("SELECT loss FROM steps WHERE rank=0 AND step=1").fetchone()[0]
+
+    frozen = second_loss("--lr", "1e-12", "--optimizer", "sgd:momentum=0")
+    assert second_loss("--lr", "0.1", "--optimizer", "sgd:momentum=0,clip_norm=1e-9") == pytest.approx(frozen, rel=1e-6)
+    assert second_loss("--lr", "0.1", "--optimizer", "sgd:momentum=0") != pytest.approx(frozen, rel=1e-4)
+    local = second_loss("--lr", "0.1", "--optimizer", "sgd:clip_norm=1e-9", "--compressor",
+                        "dgc:ratio=1,warmup_epochs=0,clip_norm=100")
+    assert local != pytest.approx(frozen, rel=1e-4)
+
+
 def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):
     """The run's probe is told this kernel has no netem (a sitecustomize in the CLI's process), so
     the refusal is tested on every kernel, with netem or without."""

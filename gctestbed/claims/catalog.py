@@ -70,7 +70,7 @@ SOURCES = {
     "utility": "Agarwal et al., On the Utility of Gradient Compression in Distributed Training Systems, MLSys 2022",
     "hotnets": "Beyond Throughput and Compression Ratios, HotNets 2024",
 }
-SGD, ADAM = "accuracy-sgd", "accuracy-adam"
+SGD, ADAM, RECIPE = "accuracy-sgd", "accuracy-adam", "dgc-recipe"
 ALLREDUCE, ALLGATHER = ("fp16", E.POWERSGD), (E.TOPK, E.TWOBIT)
 COMPRESSED = ("fp16", E.POWERSGD, E.TOPK, E.DGC, E.TWOBIT)
 
@@ -210,11 +210,10 @@ MXNET_ACC = Conditions(model="MXNet's examples")
 DGC_RUNS = Conditions(device="gpu", optimizer="sgd", bw_bps=(1e9, 1e9),
                       model="ResNet-110 on CIFAR-10, AlexNet and ResNet-50 on ImageNet, LSTMs on PTB and speech",
                       nodes="4 to 64 GPUs")
-DGC_BASELINE = ("the baseline here trains without gradient clipping while full DGC clips locally (the paper moves the "
-                "clipping an LSTM trains with from the aggregated gradient onto each node; a baseline clipped so was "
-                "not run), and the learning rate is not scaled by the node count as the authors' training scales it")
 DGC_CLIPPING = ("the paper clips each node's whole gradient (the sum of its L2 norms) at N^-1/2 of the threshold; a "
                 "DDP hook sees one bucket at a time, so here each parameter is held to that share")
+SHORT_RUN = ("the run is short: the paper trains for tens to hundreds of epochs, this task for 13.6 (quick) or 27 "
+             "(full), so the 4 epochs of sparsity warm-up and 5 of learning-rate warm-up are a larger share of it")
 VARIANCE_RUNS = Conditions(model="a VGG-like network on CIFAR-10, ResNet-50 on ImageNet")
 UTILITY_RUNS = Conditions(device="gpu", bw_bps=(10e9, 100e9), model="V100-class GPU compute (ResNet-50/101, BERT)",
                           nodes="up to 64 GPUs")
@@ -241,8 +240,9 @@ CLAIMS: list[Claim] = [
         MXNET_ACC),
     Claim("e", "dgc", "Sending 0.1 % of the gradient keeps accuracy near the baseline with local accumulation, momentum "
                       "correction, local clipping, factor masking and warm-up.", [
-        Part("held-out accuracy, full DGC at 0.1 % minus none (points)", SGD, _acc(E.DGC_FULL), at_least(-1.0), "pt")],
-        dataclasses.replace(DGC_RUNS, method=DGC_BASELINE, caveat=DGC_CLIPPING)),
+        Part("held-out accuracy, full DGC at 0.1 % minus none, the baseline clipping its averaged gradient (points)",
+             RECIPE, _acc(E.DGC_FULL), at_least(-1.0), "pt")],
+        dataclasses.replace(DGC_RUNS, caveat=DGC_CLIPPING + "; " + SHORT_RUN)),
     Claim("f", "dgc", "Ablation: top 0.1 % without accumulation loses accuracy; accumulation recovers most of it; "
                       "momentum correction, factor masking and warm-up each recover more.", [
         Part("top 0.1 % alone, minus none (points)", SGD, _acc(E.DGC_TOP), at_most(-1.0), "pt"),
@@ -350,8 +350,8 @@ CLAIMS: list[Claim] = [
              lambda rows, ctx: F.speedup(rows, "signsgd", ctx.baseline, bw=ctx.role("low"), mode="overlap"),
              at_most(1.1))], UTILITY_RUNS),
     Claim("z", "dgc", "DGC reaches the baseline's accuracy sooner in wall time on 1 Gbit/s Ethernet.", [
-        Part("time to none's final accuracy less one point, none's over DGC's", SGD,
+        Part("time to none's final accuracy less one point, none's over DGC's", RECIPE,
              lambda rows, ctx: F.time_to_accuracy(rows, ctx.fill(E.DGC_FULL), "none"), at_least(1.0),
-             needs=SPEED + ACCURACY)], dataclasses.replace(DGC_RUNS, method=DGC_BASELINE, caveat=DGC_CLIPPING)),
+             needs=SPEED + ACCURACY)], dataclasses.replace(DGC_RUNS, caveat=DGC_CLIPPING + "; " + SHORT_RUN)),
 ]
 BY_ID = {c.id: c for c in CLAIMS}

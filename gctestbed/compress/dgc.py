@@ -117,6 +117,7 @@ class DGC(Compressor):
     def __init__(self, **options):
         super().__init__(**options)
         self.momentum_inside = self.options.momentum_correction
+        self.clips_locally = self.options.clip_norm > 0      # local clipping replaces clipping after aggregation (§3.2)
         self.velocity = Memory()
         self.accumulated = Memory()
 

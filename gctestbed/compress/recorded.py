@@ -64,7 +64,8 @@ class RecordedCodec(Compressor):
                  spin: bool = False, recorded_world: int | None = None):
         self.method = method
         self.options = method.options
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "rounds"):
+        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "clips_locally", "microbatches",
+                     "rounds"):
             setattr(self, attr, getattr(method, attr))
         self.buckets, self.scale, self.recorded_world = buckets, scale, recorded_world
         self.waiter = Waiter(spin)
