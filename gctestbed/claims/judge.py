@@ -96,7 +96,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
                       "detail": m.detail})
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
     return {"id": claim.id, "source": claim.source, "sentence": claim.sentence, "verdict": combine([p["verdict"] for p in parts]),
-            "quick": quick, "scale": scales, "toy": quick, "baseline": baseline, "parts": parts, "results_dir": results_dir,
+            "quick": quick, "scale": scales,
+            "toy": quick or any(EXPERIMENTS[p.experiment].setup(quick).toy for p in claim.parts), "baseline": baseline, "parts": parts, "results_dir": results_dir,
             "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
