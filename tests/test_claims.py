@@ -82,13 +82,13 @@ def anywhere(claim_id: str) -> catalog.Claim:
 
 def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], accuracy: float | None = None,
          samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None,
-         repeat: int = 0, seed: int = 0) -> None:
+         repeat: int = 0, seed: int = 0, device: str = "cpu") -> None:
     """One finished sweep cell of two ranks with these step times, held-out accuracy, bytes sent
     (the interface counters) and payload bytes (gctestbed's accounting; default: the same)."""
     run_id = run_id or f"r{abs(hash(json.dumps(params, sort_keys=True))) % 10**10}-{repeat}"
     spec = RunSpec(nodes=int(params["nodes"]), link=LinkSpec(bw_bps=parse_rate(params["bw"])), compressor=params["compressor"].split(":")[0],
                    workload=params["workload"].split(":")[0], steps=len(step_times), batch_size=int(params["batch_size"]),
-                   mode=params["mode"], results_dir=results_dir, run_id=run_id, seed=seed)
+                   mode=params["mode"], results_dir=results_dir, run_id=run_id, seed=seed, device=device)
     rec = results.Recorder(results_dir, run_id)
     rec.start_run(spec, {})
     for step, t in enumerate(step_times):
@@ -506,3 +506,19 @@ def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_mad
              tx=tx)
     out = judge.judge(anywhere(claim_id), True, str(tmp_path))
     assert [p["verdict"] for p in out["parts"]] == verdicts, [(p["label"], p["value"], p.get("why")) for p in out["parts"]]
+
+
+def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path):
+    """A GPU claim (c with only its device condition kept) is judged on GPU runs, out of scope on
+    CPU runs, and out of scope on a store holding both (its first row no longer decides)."""
+    import dataclasses
+    claim = dataclasses.replace(catalog.BY_ID["c"], conditions=Conditions(device="gpu"))
+    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
+    for where, devices in (("gpu", ("cuda", "cuda")), ("cpu", ("cpu", "cpu")), ("mixed", ("cuda", "cpu"))):
+        for method, device in zip(("none", "twobit:threshold=0.5"), devices):
+            cell(str(tmp_path / where), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method),
+                 [0.1] * 12, device=device)
+    assert judge.judge(claim, True, str(tmp_path / "gpu"))["verdict"] == AGREE
+    assert judge.judge(claim, True, str(tmp_path / "cpu"))["verdict"] == OUT_OF_SCOPE
+    mixed = judge.judge(claim, True, str(tmp_path / "mixed"))
+    assert mixed["verdict"] == OUT_OF_SCOPE and "mix CPU and GPU nodes" in mixed["parts"][0]["why"]

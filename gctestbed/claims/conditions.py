@@ -64,10 +64,11 @@ class Here:
 
 
 def here(axes: dict[str, list[str]], device: str) -> Here:
-    """The conditions of a grid's axes (filled at one scale) on ``device`` (cpu or cuda)."""
+    """The conditions of a grid's axes (filled at one scale) on ``device`` (cpu, cuda, or mixed:
+    a store whose runs of the experiment were made on both)."""
     from ..spec import parse_duration
     return Here(comms=tuple(v.split(":")[0] for v in axes.get("comm", ["allreduce"])),
-                device="gpu" if device == "cuda" else "cpu",
+                device={"cuda": "gpu", "mixed": "cpu+gpu"}.get(device, "cpu"),
                 bws=tuple(sorted(parse_rate(b) for b in axes["bw"])),
                 latencies=tuple(sorted(parse_duration(x) for x in axes["latency"])),
                 optimizers=tuple(v.split(":")[0] for v in axes.get("optimizer", ["sgd"])),
@@ -81,7 +82,10 @@ def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]
     if "comm" in needs and source.comm != ANY and source.comm not in h.comms:
         out.append(f"the source measured workers meeting over {_COMMS.get(source.comm, source.comm)}; here they "
                    f"meet over {', '.join(_COMMS.get(c, c) for c in h.comms)}")
-    if "device" in needs and source.device != ANY and source.device != h.device:
+    if "device" in needs and source.device != ANY and h.device == "cpu+gpu":
+        out.append(f"the source's nodes computed on {source.device.upper()}s; the runs here mix CPU and GPU nodes, "
+                   f"and a figure over both is neither's")
+    elif "device" in needs and source.device != ANY and source.device != h.device:
         out.append(f"the source's nodes computed on {source.device.upper()}s; here on {h.device.upper()}s, whose "
                    f"different compute time changes the share of a step communication takes")
     if "bw" in needs and not all(_inside(b, source.bw_bps) for b in h.bws):

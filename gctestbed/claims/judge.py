@@ -75,7 +75,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             rows_of[name] = _rows(results_dir, name)
         rows = rows_of[name]
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
-        dev = devices[part.experiment] = device or (rows[0].device if rows else "cpu")     # as the runs were made
+        dev = devices[part.experiment] = device or _device_of(rows)     # as the runs were made
         outside = _outside(claim, part, quick, dev)
         entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
                  "holds_if": part.region.text(), "disagrees_if": part.region.disagree_text(),
@@ -101,6 +101,12 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
+
+
+def _device_of(rows: list[cells.Row]) -> str:
+    """What the experiment's runs computed on: cpu, cuda, or mixed (some of each)."""
+    kinds = {r.device for r in rows}
+    return "mixed" if len(kinds) > 1 else (kinds.pop() if kinds else "cpu")
 
 
 def margin(part: Part) -> float | None:
