@@ -304,6 +304,9 @@ def test_the_verdicts_are_written_into_a_markdown_page_between_its_markers(tmp_p
     assert out.returncode == 0, out.stderr
     text = doc.read_text()
     assert "- departures that do not gate the verdict: the paper clips each node's whole gradient" in text   # w's
+    control = EXPERIMENTS["accuracy-sgd"].control                  # 50 % against none's 90 %: 40 points, visibly
+    assert f"Positive controls (a method that must lose, against none): accuracy-sgd: {control} lost 40.00 points" in text
+    assert "over 1 run each (visibly)" in text
     assert text.startswith("# intro") and text.endswith("kept\n") and "\nold\n" not in text
     assert "### c. out of scope here (toy scale)" in text and "### d. agree (toy scale)" in text
     assert "the source's conditions: comm ps; GPU nodes" in text and "a whole interval below -1" in text

@@ -103,6 +103,21 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
 
 
+def controls(quick: bool, results_dir: str, repeat: int | None = None) -> list[dict]:
+    """Each accuracy experiment's positive control as measured: its accuracy against none, with
+    the interval, n, and whether it lost visibly (its whole interval below -1 point); experiments
+    that have not run are left out."""
+    out = []
+    for exp in EXPERIMENTS.values():
+        rows = _rows(results_dir, exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else ""))
+        if not exp.control or not rows:
+            continue
+        m = F.accuracy_delta(rows, exp.control, "none")
+        out.append({"experiment": exp.name, "control": exp.control, "value": m.value, "low": m.low, "high": m.high,
+                    "n": m.detail.get("n"), "loses": m.value is not None and m.high < -1.0, "why": m.why})
+    return out
+
+
 def _device_of(rows: list[cells.Row]) -> str:
     """What the experiment's runs computed on: cpu, cuda, or mixed (some of each)."""
     kinds = {r.device for r in rows}
