@@ -59,7 +59,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                 comp_name, comp_options = _recorded_method(trace, compressor, comp_name, comp_options)
     opt_name, opt_options = optimizers.resolve(optimizer)
     method = compress.create(comp_name, comp_options, kernels="torch")
-    optimizers.check(opt_name, comp_name, method.momentum_inside)
+    optimizers.check(opt_name, comp_name, method.momentum_inside, opt_options, method.clips_locally)
     comm_name, comm_options = comms.resolve(comm)
     comms.check(comm_name, comm_options, method, backend, own_loop=not command)
     if trace is not None:

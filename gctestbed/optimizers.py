@@ -90,7 +90,11 @@ def clip(params: Iterable[torch.nn.Parameter], options: dict[str, Any], clips_lo
     """Gradient clipping (Pascanu et al., 2013) as training usually applies it, after the
     gradients were averaged: their global L2 norm held to ``clip_norm``. Change it from 0 where the
     model trains with it (LSTMs: 0.25 to 5). A method that clips each node's gradient before it is
-    sent (DGC's local clipping) replaces this step, as its paper moves it."""
+    sent (DGC's local clipping) replaces this step, as its paper moves it. It clips what the
+    communication hook hands back: the averaged gradient for dense and quantizing methods; for
+    error-feedback and sign methods their averaged update (what is clipped off is not returned to
+    their residual); methods with momentum inside are refused (check); under local SGD and DiLoCo
+    each node's own gradient between averagings."""
     limit = options.get("clip_norm", 0.0)
     if limit and not clips_locally:
         torch.nn.utils.clip_grad_norm_(params, limit)
@@ -113,8 +117,13 @@ def compatible(name: str, momentum_inside: bool) -> bool:
     return name == "sgd" or not momentum_inside
 
 
-def check(name: str, compressor: str, momentum_inside: bool) -> None:
-    """A sentence when ``compressor`` cannot run under optimizer ``name``."""
+def check(name: str, compressor: str, momentum_inside: bool, options: dict[str, Any] | None = None,
+          clips_locally: bool = False) -> None:
+    """A sentence when ``compressor`` cannot run under optimizer ``name`` (with ``options``)."""
+    if (options or {}).get("clip_norm") and momentum_inside and not clips_locally:
+        raise SpecError(f"{compressor} applies momentum itself, so what it hands the optimizer is a velocity, not a "
+                        f"gradient, and clip_norm would clip the update instead: clip inside the method "
+                        f"({'dgc:clip_norm=...' if compressor == 'dgc' else 'not offered by it'}) or drop clip_norm.")
     if not compatible(name, momentum_inside):
         hint = (" (or turn its momentum correction off: dgc:momentum_correction=false)" if compressor == "dgc" else "")
         raise SpecError(f"{compressor} applies momentum itself before it compresses, and {name} would add its own "

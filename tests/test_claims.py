@@ -267,8 +267,9 @@ def test_a_claim_measured_outside_its_sources_conditions_is_out_of_scope_and_say
     (part,) = here["parts"]
     assert part["value"] is None and part["why"].startswith("out of scope here, because ")
     assert "parameter server" in part["why"] and "GPU" in part["why"]
+    # the device is the runs' own (a store of CPU runs stays CPU whatever is asked: see the mixed-store test)
     on_gpu = judge.judge(catalog.BY_ID["c"], True, str(tmp_path), device="cuda")
-    assert "parameter server" in on_gpu["parts"][0]["why"] and "GPUs; here" not in on_gpu["parts"][0]["why"]
+    assert "parameter server" in on_gpu["parts"][0]["why"] and "GPUs; here on CPUs" in on_gpu["parts"][0]["why"]
     assert judge.judge(anywhere("c"), True, str(tmp_path))["verdict"] == DISAGREE
     # an accuracy part does not depend on the device or the links, a speed part does
     assert judge.in_scope(catalog.BY_ID["d"], True, "cpu") == catalog.BY_ID["d"].parts
@@ -306,7 +307,7 @@ def test_the_verdicts_are_written_into_a_markdown_page_between_its_markers(tmp_p
     assert "- departures that do not gate the verdict: the paper clips each node's whole gradient" in text   # w's
     control = EXPERIMENTS["accuracy-sgd"].control                  # 50 % against none's 90 %: 40 points, visibly
     assert f"Positive controls (a method that must lose, against none): accuracy-sgd: {control} lost 40.00 points" in text
-    assert "over 1 run each (visibly)" in text
+    assert "over 1 run each (more than 1 point, its whole interval clear)" in text and "accuracy-adam" not in text
     assert text.startswith("# intro") and text.endswith("kept\n") and "\nold\n" not in text
     assert "### c. out of scope here (toy scale)" in text and "### d. agree (toy scale)" in text
     assert "the source's conditions: comm ps; GPU nodes" in text and "a whole interval below -1" in text
@@ -525,3 +526,6 @@ def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path)
     assert judge.judge(claim, True, str(tmp_path / "cpu"))["verdict"] == OUT_OF_SCOPE
     mixed = judge.judge(claim, True, str(tmp_path / "mixed"))
     assert mixed["verdict"] == OUT_OF_SCOPE and "mix CPU and GPU nodes" in mixed["parts"][0]["why"]
+    # 'claims run --device cuda' names the device it runs on; the runs already stored still decide
+    assert judge.judge(claim, True, str(tmp_path / "mixed"), device="cuda")["verdict"] == OUT_OF_SCOPE
+    assert judge.judge(claim, True, str(tmp_path / "cpu"), device="cuda")["verdict"] == OUT_OF_SCOPE

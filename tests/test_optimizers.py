@@ -75,3 +75,13 @@ def test_clipping_holds_the_averaged_gradients_global_norm_unless_the_method_cli
     assert grads("sgd:clip_norm=1", clips_locally=True) == [3.0, 4.0]
     assert compress.create("dgc", compress.resolve("dgc:clip_norm=0.25")[1]).clips_locally
     assert not compress.create("dgc", compress.resolve("dgc")[1]).clips_locally
+
+
+def test_clipping_a_velocity_is_refused_and_local_clipping_is_not():
+    """A method with momentum inside hands the optimizer a velocity: clip_norm would clip the update."""
+    with pytest.raises(SpecError, match="dgc applies momentum itself.*dgc:clip_norm"):
+        flags.build_spec(compressor="dgc", optimizer="sgd:clip_norm=0.25")
+    with pytest.raises(SpecError, match="signum applies momentum itself"):
+        flags.build_spec(compressor="signum", optimizer="sgd:clip_norm=0.25")
+    assert flags.build_spec(compressor="dgc:clip_norm=0.25", optimizer="sgd:clip_norm=0.25").optimizer_options["clip_norm"] == 0.25
+    assert flags.build_spec(compressor="topk", optimizer="sgd:clip_norm=0.25").optimizer == "sgd"

@@ -75,7 +75,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             rows_of[name] = _rows(results_dir, name)
         rows = rows_of[name]
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
-        dev = devices[part.experiment] = device or _device_of(rows)     # as the runs were made
+        dev = devices[part.experiment] = _device_of(rows) if rows else (device or "cpu")   # as the runs were made
         outside = _outside(claim, part, quick, dev)
         entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
                  "holds_if": part.region.text(), "disagrees_if": part.region.disagree_text(),
@@ -103,12 +103,13 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
 
 
-def controls(quick: bool, results_dir: str, repeat: int | None = None) -> list[dict]:
-    """Each accuracy experiment's positive control as measured: its accuracy against none, with
-    the interval, n, and whether it lost visibly (its whole interval below -1 point); experiments
-    that have not run are left out."""
+def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None) -> list[dict]:
+    """The positive control of each accuracy experiment the claims read, as measured: its accuracy
+    against none, with the interval, n, and whether it lost more than one point, its whole
+    interval clear (a part with a wider margin asks more of it: judge's gate); experiments that
+    have not run are left out."""
     out = []
-    for exp in EXPERIMENTS.values():
+    for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
         rows = _rows(results_dir, exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else ""))
         if not exp.control or not rows:
             continue

@@ -22,7 +22,8 @@ class ErrorFeedback(Compressor):
         self.inner = inner
         self.options = inner.options
         self.residuals = Memory()
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "microbatches", "reads_batch",
+        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "clips_locally", "microbatches",
+                     "reads_batch",
                      "rounds",
                      "has_kernels", "ops",
                      "server_decodes", "server_encodes", "server_refusal"):
