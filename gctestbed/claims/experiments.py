@@ -45,6 +45,7 @@ DGC_CLIP = "dgc:ratio=0.001,warmup_epochs=0,clip_norm=0.25"   # DGC_MASK with lo
 # an epoch of the text task: its training bytes (nine tenths of the corpus) over 2 nodes x 32 windows a step
 TEXT_EPOCH = "44"               # 90,000 bytes / (2 x 32 x 32)
 LR_WARMUP = "220"               # DGC's recipe (its authors' configs): the learning rate warmed up over 5 epochs
+TEXT_TASK = {"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH, "lr_warmup": LR_WARMUP}
 
 
 @dataclass
@@ -118,13 +119,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         # a byte-level language model on the standard library's source: hard enough that the control
         # loses visibly (the digits, the task before, could not show it), 2,048 held-out bytes a run;
         # every method trains under DGC's recipe (momentum SGD, the learning rate warmed up over 5 epochs)
-        quick=Setup({"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH,
-                     "lr_warmup": LR_WARMUP}, steps=600, repeat=3, lr="0.5", eval_every="100",
+        quick=Setup(TEXT_TASK, steps=600, repeat=3, lr="0.5", eval_every="100",
                     scale=f"toy: a 2-layer LSTM of 128 units predicting the next byte of 90 kB of the standard "
                           f"library's Python source, 600 steps (13.6 epochs, the first 5 warming the learning rate "
                           f"up) of momentum SGD, 2,048 held-out bytes, 3 seeds, {TOY}"),
-        full=Setup({"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH,
-                    "lr_warmup": LR_WARMUP}, steps=1200, repeat=5, lr="0.5", eval_every="200",
+        full=Setup(TEXT_TASK, steps=1200, repeat=5, lr="0.5", eval_every="200",
                    scale=f"the same LSTM and text, twice as long (1,200 steps, 27 epochs) and 5 seeds: the sources' "
                          f"tasks (CIFAR-10, ImageNet, PTB) are not on this machine, and a larger network does not "
                          f"train within hours on 2 cores; {TOY}", toy=True),
@@ -136,12 +135,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "optimizer": ["sgd:warmup_steps={lr_warmup},clip_norm={clip}"],
               "compressor": ["none", DGC_FULL, DGC_TOP]},
-        quick=Setup({"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH,
-                     "lr_warmup": LR_WARMUP, "clip": "0.25"}, steps=600, repeat=3, lr="0.5", eval_every="100",
+        quick=Setup({**TEXT_TASK, "clip": "0.25"}, steps=600, repeat=3, lr="0.5", eval_every="100",
                     scale=f"toy: the SGD task's LSTM and text, 600 steps of momentum SGD with the averaged gradient "
                           f"clipped to 0.25 (DGC clipping locally instead), 3 seeds, {TOY}"),
-        full=Setup({"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH,
-                    "lr_warmup": LR_WARMUP, "clip": "0.25"}, steps=1200, repeat=5, lr="0.5", eval_every="200",
+        full=Setup({**TEXT_TASK, "clip": "0.25"}, steps=1200, repeat=5, lr="0.5", eval_every="200",
                    scale=f"the same, 1,200 steps (27 epochs) and 5 seeds, {TOY}", toy=True),
         control=DGC_TOP),
     Experiment(

@@ -70,8 +70,7 @@ def paired_ratio(num: list[Row], den: list[Row], value: Callable[[Row], float]) 
         return None
     seeds = sorted(a)
     logs = [math.log(a[k] / b[k]) for k in seeds]
-    mean, n = statistics.fmean(logs), len(logs)
-    half = _t(n) * statistics.stdev(logs) / math.sqrt(n)
+    mean, half, n = _mean_interval(logs)
     return Measure(math.exp(mean), math.exp(mean - half), math.exp(mean + half),
                    detail={"seeds": seeds, "ratios": [a[k] / b[k] for k in seeds], "n": n,
                            "interval": f"Student's t, 95 %, on the log ratios of {n} seeds, paired"})
@@ -125,8 +124,7 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
     paired = sorted(a)
     if len(paired) >= 2:
         diffs = [100 * (a[k].eval_accuracy - c[k].eval_accuracy) for k in paired]
-        d, n = statistics.fmean(diffs), len(diffs)
-        half = _t(n) * statistics.stdev(diffs) / math.sqrt(n)
+        d, half, n = _mean_interval(diffs)
         return Measure(d, d - half, d + half, detail={**detail, "seeds": paired, "differences": diffs, "n": n,
                                                       "method_accuracy": statistics.fmean(a[k].eval_accuracy for k in paired),
                                                       "baseline_accuracy": statistics.fmean(c[k].eval_accuracy for k in paired),
@@ -140,6 +138,12 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
     return Measure(d, d - 100 * half, d + 100 * half,
                    detail={**detail, "method_accuracy": pa, "baseline_accuracy": pb, "n": 1,
                            "interval": f"one run each: binomial error on {na} and {nb} held-out samples"})
+
+
+def _mean_interval(xs: list[float]) -> tuple[float, float, int]:
+    """The mean of ``xs`` (independent, 2 or more), the half width of its Student's t 95 % interval, and n."""
+    n = len(xs)
+    return statistics.fmean(xs), _t(n) * statistics.stdev(xs) / math.sqrt(n), n
 
 
 def _t(n: int) -> float:

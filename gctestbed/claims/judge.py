@@ -115,7 +115,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
             continue
         m = F.accuracy_delta(rows, exp.control, "none")
         out.append({"experiment": exp.name, "control": exp.control, "value": m.value, "low": m.low, "high": m.high,
-                    "n": m.detail.get("n"), "loses": m.value is not None and m.high < -1.0, "why": m.why})
+                    "n": m.detail.get("n"), "loses": not control_too_easy(rows, exp.control, 1.0), "why": m.why})
     return out
 
 
@@ -146,7 +146,7 @@ def control_too_easy(rows: list[cells.Row], control: str, points: float) -> str:
     if c.high < -points:
         return ""
     return (f"inconclusive: task too easy to tell: the positive control ({control}) lost {-c.value:.2f} points "
-            f"[{c.low:+.2f}, {c.high:+.2f}], not clearly more than {points:g}")
+            f"[{-c.high:.2f}, {-c.low:.2f}], not clearly more than {points:g}")
 
 
 def _rows(results_dir: str, sweep_name: str) -> list[cells.Row]:
