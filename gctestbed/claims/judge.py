@@ -56,7 +56,7 @@ def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None =
             grid.axes["compressor"].append(baseline)
         if repeat is not None:
             grid.repeat = repeat
-        sweep_name = exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
+        sweep_name = _sweep(exp, quick, repeat)
         left = sweep.todo(sweep.plan(grid), sweep_name, results_dir)
         sweep.run(grid, sweep_name, left, on_start=lambda cell: on_cell(sweep_name, cell))
 
@@ -70,7 +70,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
     parts, devices = [], {}
     for part in claim.parts:
         exp = EXPERIMENTS[part.experiment]
-        name = exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
+        name = _sweep(exp, quick, repeat)
         if name not in rows_of:
             rows_of[name] = _rows(results_dir, name)
         rows = rows_of[name]
@@ -110,7 +110,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        rows = _rows(results_dir, exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else ""))
+        rows = _rows(results_dir, _sweep(exp, quick, repeat))
         if not exp.control or not rows:
             continue
         m = F.accuracy_delta(rows, exp.control, "none")
@@ -147,6 +147,11 @@ def control_too_easy(rows: list[cells.Row], control: str, points: float) -> str:
         return ""
     return (f"inconclusive: task too easy to tell: the positive control ({control}) lost {-c.value:.2f} points "
             f"[{-c.high:.2f}, {-c.low:.2f}], not clearly more than {points:g}")
+
+
+def _sweep(exp, quick: bool, repeat: int | None) -> str:
+    """The sweep an experiment's cells are stored under (a --repeat run has its own)."""
+    return exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
 
 
 def _rows(results_dir: str, sweep_name: str) -> list[cells.Row]:
