@@ -37,6 +37,8 @@ all-reduce amortised over whole periods (what their step time and bytes are: mea
 
 λ, α and η are fitted on the ``none`` cells only (α and η from the serial ones, λ from the overlap ones);
 every other cell is a prediction, and the median absolute error over those is the model's score.
+Tested on node counts it was not fitted on (``held_out``), α and η come from every method's serial
+cells at the fitted node counts: there the question is the node count, not the method.
 """
 
 from __future__ import annotations
@@ -166,13 +168,15 @@ def _ps_comm(r: Row, alpha: float, eta: float) -> tuple[float, float]:
     return whole, whole / b
 
 
-def fit_network(rows: list[Row]) -> tuple[float, float]:
-    """(α, η) from none's serial cells: least squares, in relative terms, of their measured
-    communication time against messages·(α + L) + bytes·8 / (η·BW). η is the share of the
-    shaped rate Gloo's collectives actually get (TCP framing, acknowledgements sharing the link,
-    the collective's own pauses); (1, 0) when there is nothing to fit on."""
+def fit_network(rows: list[Row], every_method: bool = False) -> tuple[float, float]:
+    """(α, η) from none's serial cells (with ``every_method``, every method's): least squares, in
+    relative terms, of their measured communication time against messages·(α + L) + bytes·8 /
+    (η·BW). η is the share of the shaped rate Gloo's collectives actually get (TCP framing,
+    acknowledgements sharing the link, the collective's own pauses); (1, 0) when there is nothing
+    to fit on."""
     import numpy as np
-    pts = [r for r in rows if r.compressor == BASELINE and r.mode == "serial" and r.comm_s and r.nodes > 1]
+    pts = [r for r in rows if (every_method or r.compressor == BASELINE) and r.mode == "serial" and r.comm_s
+           and r.nodes > 1 and r.comm == "allreduce"]
     if not pts:
         return 0.0, 1.0
     n = np.array([messages(r.reduce_calls or 0, r.gather_calls or 0, r.nodes) for r in pts])
@@ -187,13 +191,14 @@ def fit_network(rows: list[Row]) -> tuple[float, float]:
     return 0.0, 1 / inv_eta if inv_eta > 0 else 1.0
 
 
-def fit(rows: list[Row], variant: str = "tail") -> Fit | None:
-    """λ and α from the none cells, then every cell predicted; None without serial cells."""
+def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool = False) -> Fit | None:
+    """λ and α from the none cells (α and η from every method's serial cells with
+    ``network_from_every_method``), then every cell predicted; None without serial cells."""
     ph = phases(rows)
     usable = [r for r in rows if (*_setting(r), r.compressor) in ph and r.nodes > 1 and r.expected_tx_bytes]
     if not usable:
         return None
-    alpha, eta = fit_network(usable)
+    alpha, eta = fit_network(usable, network_from_every_method)
     base = [r for r in usable if r.compressor == BASELINE and r.mode == "overlap"]
 
     def errors(lam: float, subset: list[Row]) -> list[float]:
@@ -315,14 +320,19 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
     them (same workload, batch, latency, method and mode; the same bandwidth where there is one,
     the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
-    a gathering method's decode scaled with the nodes. Per node count: the median absolute error
+    a gathering method's decode scaled with the nodes. α and η come from every method's serial
+    cells there, not none's alone: none's step has two large all-reduces whose messages and bytes
+    both grow with the nodes, so on its own it cannot tell a cost per message from a lower rate,
+    and one slow node count among three turns into a steep α (measured: 0.26 ms on 2-8 replayed
+    nodes, 73-124 % off at 16-64, docs/replay.md); a gathering method's many small messages pin α.
+    The question here is the node count, not the method. Per node count: the median absolute error
     and each cell's. Also the measured speedup over none by node count, so whether a method's
     advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
     (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
     count cannot set α on its own. None when the fitted node counts have no serial none cells to fit on."""
     rows = per_cell(rows)
     train = [r for r in rows if r.nodes in fit_nodes]
-    f = fit(train, variant)
+    f = fit(train, variant, network_from_every_method=True)
     if f is None:
         return None
     ph = phases(train)
