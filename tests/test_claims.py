@@ -453,8 +453,9 @@ def test_speedups_and_byte_ratios_over_seeds_are_paired_t_intervals_on_log_ratio
 
 
 _E = EXPERIMENTS
-_SGD_BASE = {"none": (0.60, 10_000), _E["accuracy-sgd"].control: (0.20, 10)}
-_ADAM_BASE = {"none": (0.90, 10_000), _E["accuracy-adam"].control: (0.50, 625)}
+# per experiment: none's (accuracy, bytes a step) and its positive control's, which loses 40 points
+_BASE = {name: {"none": (none, 10_000), _E[name].control: (none - 0.40, 10)}
+         for name, none in (("accuracy-sgd", 0.60), ("dgc-recipe", 0.60), ("accuracy-adam", 0.90), ("variance-sgd", 0.90))}
 from gctestbed.claims import experiments as X  # noqa: E402
 
 # claim -> (experiment, {case: (methods' (accuracy, bytes a step) beside the base, every part's verdict)}),
@@ -493,6 +494,13 @@ PER_CLAIM = {
                                          [DISAGREE, DISAGREE])}),
     "w": ("accuracy-sgd", {"agree": ({X.DGC_MASK: (0.50, 10), X.DGC_CLIP: (0.55, 10)}, [AGREE]),     # +5 pt
                            "disagree": ({X.DGC_MASK: (0.50, 10), X.DGC_CLIP: (0.40, 10)}, [DISAGREE])}),
+    # u: momentum SGD, variance alpha 2 at 200x and -0.1 pt; or at 10x and -10 pt
+    "u": ("variance-sgd", {"agree": ({X.VARIANCE_2: (0.899, 50)}, [AGREE, AGREE]),
+                           "disagree": ({X.VARIANCE_2: (0.80, 1000)}, [DISAGREE, DISAGREE])}),
+    # z: both reach none's final accuracy less a point at their one evaluation, step 3; full DGC's
+    # steps take half of none's (time ratio 2) or twice (0.5)
+    "z": ("dgc-recipe", {"agree": ({X.DGC_FULL: (0.60, 10, 0.05)}, [AGREE]),
+                         "disagree": ({X.DGC_FULL: (0.60, 10, 0.2)}, [DISAGREE])}),
 }
 
 
@@ -504,12 +512,13 @@ def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_mad
     experiment, cases = PER_CLAIM[claim_id]
     methods, verdicts = cases[case]
     exp = _E[experiment]
-    base = _ADAM_BASE if experiment == "accuracy-adam" else _SGD_BASE
-    for method, (acc, tx) in {**base, **methods}.items():
-        cell(str(tmp_path), exp.sweep_name(True), params_of(experiment, compressor=method), [0.1] * 3, acc, 1_000_000,
-             tx=tx)
+    for method, (acc, tx, *step_s) in {**_BASE[experiment], **methods}.items():
+        cell(str(tmp_path), exp.sweep_name(True), params_of(experiment, compressor=method), [(step_s or [0.1])[0]] * 3,
+             acc, 1_000_000, tx=tx)
     out = judge.judge(anywhere(claim_id), True, str(tmp_path))
     assert [p["verdict"] for p in out["parts"]] == verdicts, [(p["label"], p["value"], p.get("why")) for p in out["parts"]]
+    for p in out["parts"]:          # the figure shown lies in its own interval
+        assert p["low"] is None or p["low"] - 1e-9 <= p["value"] <= p["high"] + 1e-9, p
 
 
 def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path):
