@@ -413,9 +413,12 @@ def test_claim_i_is_judged_on_the_tau_curve_worked_by_hand(tmp_path):
     kept, first = robust["parts"]
     assert kept["value"] == pytest.approx(20.0) and kept["verdict"] == DISAGREE
     assert first["value"] == pytest.approx(0.0, abs=1e-9) and first["verdict"] == DISAGREE
-    # no tau keeps accuracy: the most compression at kept accuracy is none's own, 1x
+    # no tau keeps accuracy, not even by its interval: "a small tau compresses little" has no tau to
+    # read, so the part is not measured (a 1x would agree by default) and the claim cannot agree
     lost = judge_i(tmp_path / "lost", [(0.50, 10_000), (0.40, 2_000), (0.30, 500), (0.20, 100), (0.20, 10)])
-    assert lost["parts"][0]["value"] == pytest.approx(1.0) and lost["parts"][0]["verdict"] == AGREE
+    assert lost["parts"][0]["value"] is None and lost["parts"][0]["verdict"] == INCONCLUSIVE
+    assert "does not reach a setting that keeps it" in lost["parts"][0]["why"]
+    assert lost["verdict"] != AGREE
     # 1e-3 at 20x loses 0.5 points on 2,000 held-out bytes: +-2.1 points (binomial), across the -1
     # edge. It keeps accuracy by its mean (value 20x) but not by its whole interval (low: 1e-4's 5x),
     # and may keep it (high 20x): [5, 20] across 10, inconclusive

@@ -185,7 +185,8 @@ def test_every_rank_gets_the_same_result(name):
     torch.manual_seed(1)
     shapes = [torch.Size([64, 48]), torch.Size([48])]
     n = 64 * 48 + 48
-    compressors = make(name, "start_iter=0" if name == "powersgd" else "", world=world)
+    compressors = make(name, {"powersgd": "start_iter=0", "variance": "estimate=microbatch",
+                              "hybrid": "estimate=microbatch"}.get(name, ""), world=world)
     if name in ("variance", "hybrid"):
         for c in compressors:
             c.sample_stats = _FakeStats(n)
@@ -198,7 +199,7 @@ def test_every_rank_gets_the_same_result(name):
 
 
 class _FakeStats:
-    """Squares for the variance family without a model: a fixed small spread."""
+    """Micro-batch squares for the variance family (estimate=microbatch) without a model: a fixed small spread."""
 
     def __init__(self, n, squares=None):
         self.n, self.squares = n, squares
@@ -215,7 +216,7 @@ def test_majority_vote():
 
 
 def test_variance_sends_unambiguous_elements_only():
-    (c,) = make("variance", "alpha=1")
+    (c,) = make("variance", "alpha=1,estimate=microbatch")
     c.sample_stats = _FakeStats(4)
     bucket = Bucket(0, [torch.Size([4])])
     # squares 1e-6 per micro-batch: elements with mean^2 well above the variance are sent
@@ -330,6 +331,22 @@ def test_the_per_sample_variance_is_taken_around_the_per_sample_mean_with_batch_
     assert torch.allclose(got, want, rtol=1e-3, atol=1e-10)
 
 
+def test_a_per_sample_estimate_without_its_means_is_an_error_not_the_micro_batch_formula():
+    """The per-sample variance is centred on the samples' own mean; a step whose means are missing
+    (observe never ran, or a bucket's taken twice) must fail, not fall back to centring on the
+    step's gradient, which is the micro-batch estimate's formula."""
+    model = torch.nn.Linear(3, 2)
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
+    (c,) = make("variance")
+    c.attach(model)
+    c.observe(model, torch.nn.functional.cross_entropy, x, y)
+    c.sample_stats.means.clear()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    bucket = Bucket(0, [model.weight.shape], params=[model.weight])
+    with pytest.raises(KeyError):
+        c._step_variance(model.weight.grad.reshape(-1).clone(), bucket)
+
+
 @pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.compiler)], ids=["torch", "native"])
 def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
     """The source's hybrid (Tsuzuku et al.: 1942x against variance's 913x and Strom's 230x) sends
@@ -342,7 +359,7 @@ def test_hybrid_sends_what_both_criteria_pass_and_nothing_else(native):
       2        0.2 each              0.2     0      yes                    yes          yes
       3        0.8, 0.8, -0.4, -0.4  0.2     0.12   no (0.12 > 0.04)       yes          no
     Variance alone sends 0, 1, 2; Strom's threshold alone 0, 2, 3; either of them all four."""
-    (c,) = make("hybrid", "alpha=1,tau=0.1")
+    (c,) = make("hybrid", "alpha=1,tau=0.1,estimate=microbatch")
     if native:
         from gctestbed import kernels
         c.ops = kernels.build()

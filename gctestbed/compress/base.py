@@ -119,7 +119,7 @@ class Compressor:
     momentum_inside: ClassVar[bool] = False   # the method applies momentum itself: optimizer must not
     microbatches: ClassVar[int] = 1           # backward passes per step the method needs (variance)
     reads_batch: ClassVar[bool] = False       # observe() gets each step's batch before its backward (variance)
-    clips_locally: bool = False               # clips each node's gradient itself (DGC): the run's own clipping is off
+    clips_locally: ClassVar[bool] = False     # clips each node's gradient itself (DGC): the run's own clipping is off
     rounds: ClassVar[int] = 1                 # exchanges per bucket (PowerSGD: P then Q; TernGrad: scale then codes)
     has_kernels: ClassVar[bool] = False       # some hot path has a native kernel (native/): load them
     fused_feedback: ClassVar[bool] = False    # encode_feedback updates a residual in the same pass (native)

@@ -158,7 +158,7 @@ class Variance(Compressor):
         if self.sample_stats is None:
             raise RuntimeError("variance needs per-sample or per-micro-batch statistics: attach(model) gathers them")
         squares = self.sample_stats.take(bucket.params)
-        if getattr(self.sample_stats, "means", None):       # per sample: centre on the samples' own mean
+        if self.reads_batch:        # per sample: centre on the samples' own mean (missing means are an error)
             raw, mean = grad * bucket.world, self.sample_stats.take_means(bucket.params)
             squares = squares + (raw * raw - mean * mean) / self.parts
         return squares
