@@ -156,6 +156,7 @@ def _rises(*methods: str) -> Figure:
 
 
 TAUS = ", ".join(m.split("=")[1] for m in E.STROM_TAUS)
+THRESHOLDS = ", ".join(m.split("=")[1] for m in E.TWOBIT_THRESHOLDS)
 KEEPS = -1.0            # "keeps accuracy": a loss of at most one point
 
 
@@ -179,6 +180,27 @@ def _kept_compression(methods: tuple[str, ...]) -> Figure:
                        best(lambda a: a.high >= KEEPS, "high"),
                        detail={m: {"accuracy_pt": a.value, "accuracy_low": a.low, "accuracy_high": a.high,
                                    "ratio": b.value} for m, (a, b) in zip(methods, pairs)})
+    return figure
+
+
+def _best_accuracy(methods: tuple[str, ...]) -> Figure:
+    """Accuracy against none of whichever of ``methods`` keeps the most (by its mean), with every
+    method's in the detail (one that did not finish or diverged: not the best, and said why): a
+    setting a user tunes is judged at its best, not at one value picked here. Picking the best of a
+    few noisy means leans toward agreeing; the detail shows them all."""
+    def figure(rows, ctx):
+        each = {ctx.fill(m): _acc(m)(rows, ctx) for m in methods}
+        measured = {m: a for m, a in each.items() if a.value is not None}
+        if not measured:
+            return Measure.missing("; ".join(a.why for a in each.values()))
+        best = max(measured, key=lambda m: measured[m].value)
+        unmeasured = [m.split(":", 1)[-1] for m in each if m not in measured]
+        why = (f"best: {best.split(':', 1)[-1]}; each: " + ", ".join(f"{m.split(':', 1)[-1]} {a.value:+.2f} pt"
+                                                                   for m, a in measured.items())
+               + (f"; not measured: {', '.join(unmeasured)}" if unmeasured else ""))
+        return dataclasses.replace(measured[best], why=why, detail={
+            **measured[best].detail, "best": best, "each_pt": {m: a.value for m, a in measured.items()},
+            "not_measured": {m: a.why for m, a in each.items() if a.value is None}})
     return figure
 
 
@@ -242,7 +264,8 @@ CLAIMS: list[Claim] = [
              at_most(1.2))], MXNET_PS),
     Claim("d", "mxnet", "2-bit compression loses about 1 % of accuracy or less, because small updates are delayed "
                         "(kept in the residual), not dropped.", [
-        Part("held-out accuracy, 2-bit minus none (points)", SGD, _acc("twobit:threshold=0.01"), at_least(-1.0), "pt")],
+        Part(f"held-out accuracy minus none (points), 2-bit at the threshold of {THRESHOLDS} that keeps the most "
+             f"(0.5 is MXNet's default)", SGD, _best_accuracy(E.TWOBIT_THRESHOLDS), at_least(-1.0), "pt")],
         MXNET_ACC),
     Claim("e", "dgc", "Sending 0.1 % of the gradient keeps accuracy near the baseline with local accumulation, momentum "
                       "correction, local clipping, factor masking and warm-up.", [
