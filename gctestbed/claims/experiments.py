@@ -155,10 +155,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         full=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=600, repeat=5, lr="0.001",
                    eval_every="100", scale=f"the same network and digits, twice as long (600 steps of Adam) and 5 "
                                            f"seeds (the sources' CIFAR-10 and ImageNet are not on this machine), {TOY}", toy=True),
-        # the control is top 0.1 % without accumulation, as under momentum SGD: 2-bit without its
-        # residual is no control under Adam, whose per-element scaling turns the surviving +-threshold
-        # codes into full steps (a sign method, which Adam-like optimizers train well: it lost -0.33
-        # points [-2.15, 1.48] here, a gain)
+        # the control is top 0.1 % without accumulation, as under momentum SGD. 2-bit without its
+        # residual, the control before, did not lose on the digits under Adam (-0.33 points
+        # [-2.15, 1.48], a gain; docs/claims.md), so it could not show whether the task tells a loss
         control=DGC_TOP),
     Experiment(
         "variance-sgd",
