@@ -97,7 +97,8 @@ def test_wire_bytes_follow_the_ring_and_the_padded_gather():
 
 def _method_texts():
     return ["none", "fp16", "bf16", "powersgd:start_iter=0", "topk", "randomk", "threshold", "twobit", "onebit",
-            "dgc:warmup_epochs=0,min_numel=64", "variance", "hybrid", "qsgd", "terngrad", "signsgd", "efsignsgd", "signum"]
+            "dgc:warmup_epochs=0,min_numel=64", "variance:estimate=microbatch", "hybrid:estimate=microbatch", "qsgd",
+            "terngrad", "signsgd", "efsignsgd", "signum"]
 
 
 def test_every_method_has_a_contract():
@@ -105,7 +106,7 @@ def test_every_method_has_a_contract():
 
 
 class Stats:
-    """Per-micro-batch squares for variance, as SampleStats would gather them."""
+    """Per-micro-batch squares for variance (estimate=microbatch), as SampleStats would gather them."""
 
     def __init__(self, grad):
         self.squares = (grad * 2) ** 2 / 4 + 1e-7

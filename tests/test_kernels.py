@@ -31,7 +31,7 @@ RANKS = 3
 SIZES = [1, 15, 16, 17, 33, 1000, 70_001]      # 70,001: above the kernels' multi-thread cut-off
 METHODS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "signum", "efsignsgd", "threshold:tau=0.001",
            "topk:ratio=0.05", "dgc:warmup_epochs=1,steps_per_epoch=2,min_numel=8", "dgc:fp16_values=true,min_numel=8,warmup_epochs=0",
-           "variance", "hybrid"]
+           "variance:estimate=microbatch", "hybrid:estimate=microbatch"]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def ops():
 
 
 class Stats:
-    """Per-micro-batch squares for variance, as SampleStats would gather them."""
+    """Per-micro-batch squares for variance (estimate=microbatch), as SampleStats would gather them."""
 
     def __init__(self, grad: torch.Tensor, seed: int):
         gen = torch.Generator().manual_seed(seed)
@@ -121,7 +121,7 @@ def test_native_matches_reference(ops, method, n):
     run_both(method, n)
 
 
-DECODERS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001", "variance", "topk:ratio=0.05",
+DECODERS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "threshold:tau=0.001", "variance:estimate=microbatch", "topk:ratio=0.05",
             "qsgd:levels=1", "qsgd", "qsgd:levels=100,bucket_size=40"]
 
 
@@ -168,7 +168,7 @@ def test_decoders_sum_any_number_of_payloads_exactly(ops, method, p):
         identical(outs["native"], outs["torch"], f"{method} p={p} n={n} offset={offset}")
 
 
-@pytest.mark.parametrize("method", ["threshold:tau=0.001", "variance", "topk:ratio=0.05"])
+@pytest.mark.parametrize("method", ["threshold:tau=0.001", "variance:estimate=microbatch", "topk:ratio=0.05"])
 def test_sparse_decoders_take_payloads_out_of_order(ops, method):
     """gctestbed's encoders send indices ascending and the decoders sum block by block; entries in
     any other order are found out and summed by scattering, with the same result."""
@@ -208,7 +208,7 @@ for method in t.DECODERS:
         for n, offset in ((17, 3), (1030, 5), (70_001, 1)):
             outs = t.decoded_sums(method, p, n, offset)
             t.identical(outs["native"], outs["torch"], f"{method} p={p} n={n} offset={offset} without AVX-512")
-for method in ("threshold:tau=0.001", "variance", "topk:ratio=0.05"):
+for method in ("threshold:tau=0.001", "variance:estimate=microbatch", "topk:ratio=0.05"):
     outs = t.decoded_sums(method, 3, 70_001, shuffle=True)
     t.identical(outs["native"], outs["torch"], f"{method} shuffled without AVX-512")
 for method in t.METHODS:

@@ -71,7 +71,7 @@ def _beside_copy(device: torch.device, n: int, reps: int):
 
 
 class _MicroBatches:
-    """SampleStats stand-in for variance: squares of m = 4 micro-batch gradients that scatter
+    """SampleStats stand-in for variance (estimate=microbatch): squares of m = 4 micro-batch gradients that scatter
     around the gradient (sd 40x its own): a few per cent of the elements are sent."""
 
     def __init__(self, grad: torch.Tensor, world: int, m: int = 4):
@@ -138,8 +138,8 @@ def _cases(n: int, payloads: int, device: torch.device):
         decode_case(f"sign majority vote x{p}", "signsgd", ""),
         encode_case("threshold select+residual", "threshold", f"tau={tau3}", 12 * n),
         decode_case(f"threshold scatter x{p}", "threshold", f"tau={tau3}"),
-        encode_case("variance criterion+4-bit", "variance", "", 24 * n, needs_stats=True),
-        decode_case(f"variance decode x{p}", "variance", "", needs_stats=True),
+        encode_case("variance criterion+4-bit", "variance", "estimate=microbatch", 24 * n, needs_stats=True),
+        decode_case(f"variance decode x{p}", "variance", "estimate=microbatch", needs_stats=True),
         encode_case("qsgd quantise+pack", "qsgd", "", 4 * n + 4 * math.ceil(n / 8)),
         decode_case(f"qsgd decode x{p}", "qsgd", ""),
         decode_case(f"sparse scatter-add x{p} (topk 1%)", "topk", "ratio=0.01"),
