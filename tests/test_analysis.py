@@ -135,6 +135,11 @@ def test_the_held_out_model_takes_its_network_from_every_methods_cells(tmp_path)
     assert all(v["median_abs_error"] < 0.03 for v in held["by_nodes"].values()), held["by_nodes"]
     # what none alone would have fitted: α about twice too large
     assert model.fit_network([r for r in rows if r.nodes in (2, 4, 8)])[0] > 1.5 * synthetic.ALPHA_S
+    # a parameter server's serial cells are not ring collectives: they stay out of every method's fit
+    synthetic.fill_schemes(str(tmp_path / "ps"))
+    ring = [r for r in cells.load(str(tmp_path)) if r.nodes == 2]
+    schemes = [r for r in cells.load(str(tmp_path / "ps")) if r.comm == "ps"]
+    assert schemes and model.fit_network(ring + schemes, True) == model.fit_network(ring, True)
 
 
 def test_convergence_flag_when_faster_but_worse(tmp_path):

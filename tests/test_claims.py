@@ -502,7 +502,8 @@ PER_CLAIM = {
                            "disagree": ({X.DGC_MASK: (0.50, 10), X.DGC_CLIP: (0.40, 10)}, [DISAGREE])}),
     # u: momentum SGD, variance alpha 2 at 200x and -0.1 pt; or at 10x and -10 pt
     "u": ("variance-sgd", {"agree": ({X.VARIANCE_2: (0.899, 50)}, [AGREE, AGREE]),
-                           "disagree": ({X.VARIANCE_2: (0.80, 1000)}, [DISAGREE, DISAGREE])}),
+                           "disagree": ({X.VARIANCE_2: (0.80, 1000)}, [DISAGREE, DISAGREE]),
+                           "mixed": ({X.VARIANCE_2: (0.80, 50)}, [AGREE, DISAGREE])}),      # 200x but -10 pt
     # z: both reach none's final accuracy less a point at their one evaluation, step 3; full DGC's
     # steps take half of none's (time ratio 2) or twice (0.5)
     "z": ("dgc-recipe", {"agree": ({X.DGC_FULL: (0.60, 10, 0.05)}, [AGREE]),

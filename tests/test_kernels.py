@@ -31,7 +31,7 @@ RANKS = 3
 SIZES = [1, 15, 16, 17, 33, 1000, 70_001]      # 70,001: above the kernels' multi-thread cut-off
 METHODS = ["twobit:threshold=0.001", "onebit:scale=0.001", "signsgd", "signum", "efsignsgd", "threshold:tau=0.001",
            "topk:ratio=0.05", "dgc:warmup_epochs=1,steps_per_epoch=2,min_numel=8", "dgc:fp16_values=true,min_numel=8,warmup_epochs=0",
-           "variance:estimate=microbatch", "hybrid:estimate=microbatch"]
+           "variance", "variance:estimate=microbatch", "hybrid", "hybrid:estimate=microbatch"]
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +40,19 @@ def ops():
 
 
 class Stats:
-    """Per-micro-batch squares for variance (estimate=microbatch), as SampleStats would gather them."""
+    """Squares for variance as SampleStats gathers them (estimate=microbatch), and per-sample means
+    a little off the step's gradient (estimate=sample, the default, centres on them)."""
 
     def __init__(self, grad: torch.Tensor, seed: int):
         gen = torch.Generator().manual_seed(seed)
         self.squares = (grad * RANKS) ** 2 / 4 + torch.rand(grad.numel(), generator=gen) * 1e-6
+        self.means = grad * RANKS * (1 + 0.1 * torch.rand(grad.numel(), generator=gen))   # per sample: off the step's
 
     def take(self, params):
         return self.squares
+
+    def take_means(self, params):
+        return self.means
 
 
 def identical(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
