@@ -296,7 +296,7 @@ CLAIMS: list[Claim] = [
     Claim("i", "variance", "Strom's fixed threshold is brittle: a small tau compresses little, a large tau collapses "
                            "accuracy under momentum SGD.", [
         Part(f"over tau in {TAUS}: the most compression at a tau that keeps accuracy (within 1 point of none; "
-             f"not measured where none may)", SGD, _kept_compression(E.STROM_TAUS), at_most(10), needs=ACCURACY, margin=-KEEPS),
+             f"not measured where no tau's interval reaches that)", SGD, _kept_compression(E.STROM_TAUS), at_most(10), needs=ACCURACY, margin=-KEEPS),
         Part(f"over tau in {TAUS}: held-out accuracy minus none at the smallest tau that sends 10x fewer bytes or more "
              f"(points)", SGD, _first_compressing(E.STROM_TAUS), at_most(-5.0), "pt")],
         dataclasses.replace(VARIANCE_RUNS, optimizer="sgd")),
