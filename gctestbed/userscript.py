@@ -40,17 +40,21 @@ class StepRecorder:
         atexit.register(self.close)
 
     def _forward(self, module, inputs) -> None:
-        self._record()
+        ended = self._record()
         self.step += 1
-        self.started, self.counters = now(), nic_bytes(self.ifname)
+        # the bytes' window starts where the last one ended, so a tail that drains while the step is
+        # stored lands in this step, not nowhere
+        self.started, self.counters = now(), ended or nic_bytes(self.ifname)
 
-    def _record(self) -> None:
+    def _record(self) -> tuple[int, int] | None:
+        """Store the step begun at the last forward; the counters it ended at."""
         if self.started is None:
-            return
+            return None
         tx, rx = nic_bytes(self.ifname)
         self.recorder.step(self.rank, self.step, step_s=now() - self.started, tx_bytes=tx - self.counters[0],
                            rx_bytes=rx - self.counters[1], **self.comm.take_step_stats())
         self.started = None
+        return tx, rx
 
     def close(self) -> None:
         if self.recorder is None:

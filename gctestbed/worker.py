@@ -135,9 +135,9 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     if work.optimizer:                           # a replay's recorded optimizer times stand in for the update
         optimizer = work.optimizer(optimizer)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
-    for step in range(spec.steps):
+    tx, rx = nic_bytes(ifname)      # each step's window starts where the last one ended: a tail that drains
+    for step in range(spec.steps):  # between two steps (the store's write, an evaluation) lands in the next
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
-        tx, rx = nic_bytes(ifname)
         laps = Laps()
         try:
             if compressor.reads_batch:   # variance: every sample's gradient, before backward sends a bucket
@@ -173,6 +173,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
                       compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,
                       **stats)
+        tx, rx = tx2, rx2
         if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
             evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)
     if spec.servers:
