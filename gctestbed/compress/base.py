@@ -100,6 +100,12 @@ class NoOptions:
     """This method has no options."""
 
 
+# What a wrapper standing in for a method (error feedback, a replay's recorded codec) takes from it:
+# its name and labels, and what the run's setup reads of it (its optimizer's check, the loop's passes)
+DESCRIBES = ("name", "collective", "summary", "paper", "Options", "momentum_inside", "clips_locally", "microbatches",
+             "rounds")
+
+
 class Compressor:
     """One method. Subclasses set the class attributes and implement ``encode`` and ``decode``.
 

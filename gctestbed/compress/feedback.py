@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, Compressor, Payload
+from .base import DESCRIBES, Bucket, Compressor, Payload
 from .memory import Memory
 
 
@@ -22,11 +22,8 @@ class ErrorFeedback(Compressor):
         self.inner = inner
         self.options = inner.options
         self.residuals = Memory()
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "clips_locally", "microbatches",
-                     "reads_batch",
-                     "rounds",
-                     "has_kernels", "ops",
-                     "server_decodes", "server_encodes", "server_refusal"):
+        for attr in (*DESCRIBES, "reads_batch", "has_kernels", "ops", "server_decodes", "server_encodes",
+                     "server_refusal"):
             setattr(self, attr, getattr(inner, attr))
 
     def attach(self, model: torch.nn.Module) -> None:

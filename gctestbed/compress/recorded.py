@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..timing import Waiter
-from .base import Bucket, Compressor, Payload
+from .base import DESCRIBES, Bucket, Compressor, Payload
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
            "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
@@ -64,8 +64,7 @@ class RecordedCodec(Compressor):
                  spin: bool = False, recorded_world: int | None = None):
         self.method = method
         self.options = method.options
-        for attr in ("name", "collective", "summary", "paper", "Options", "momentum_inside", "clips_locally", "microbatches",
-                     "rounds"):
+        for attr in DESCRIBES:
             setattr(self, attr, getattr(method, attr))
         self.buckets, self.scale, self.recorded_world = buckets, scale, recorded_world
         self.waiter = Waiter(spin)
