@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gctestbed.compress import create, hook
-from gctestbed.compress.recorded import RecordedCodec, rounds_of
+from gctestbed.compress.base import Bucket, Compressor, Payload
+from gctestbed.compress.recorded import RecordedCodec, decode_times, rounds_of
 
 
 def _record(**over):
@@ -60,11 +62,53 @@ def test_the_hook_sends_the_recorded_payloads_and_waits_the_recorded_times(singl
         assert 0.05 + 0.04 <= took < 0.05 + 0.04 + 0.08, took     # waited the recorded times, not more
 
 
-def test_gathered_decode_grows_with_the_peers_and_a_summed_one_does_not():
-    codec = RecordedCodec(create("none", {}), {}, scale=2.0, recorded_world=2)
-    rec = _record(decode_s=0.01, rounds=2)
-    assert codec.decode_seconds(rec, gathered=False, world=8) == 2.0 * 0.01 / 2
-    assert codec.decode_seconds(rec, gathered=True, world=8) == 2.0 * 0.01 / 2 * 8 / 2
+class _Slow(Compressor):
+    """A gathering method whose decode costs 10 ms for the bucket plus 5 ms per peer's payload."""
+    name, collective, summary = "slow", "allgather", "a decode of known cost"
+
+    def encode(self, grad, bucket):
+        return Payload(gather=[torch.zeros(8)])
+
+    def decode(self, tensors, meta, bucket, numel):
+        time.sleep(0.005)
+        return torch.zeros(numel)
+
+    def decompress(self, payload, bucket, numel, out=None):
+        time.sleep(0.010)
+        return super().decompress(payload, bucket, numel, out)
+
+
+def test_a_gathered_decode_is_scaled_by_the_methods_own_law_and_a_summed_one_is_not():
+    """Golden case by hand: 10 ms + 5 ms a peer is 20 ms at 2 peers and 50 ms at 8, so a 2-node
+    trace's decode replayed at 8 takes 2.5 x (not the 4 x of a decode proportional to the peers:
+    planted, that rule fails here). A method that only all-reduces is not scaled at all."""
+    slow = _Slow()
+    slow.options = None
+    codec = RecordedCodec(slow, {}, scale=2.0, recorded_world=2)
+    rec = _record(decode_s=0.01, rounds=2, reduce_calls=0, reduce_bytes=0, gather_calls=2, gather_bytes=32)
+    bucket = Bucket(key=0, shapes=[torch.Size([100])], world=8)
+    assert codec.decode_seconds(rec, bucket) == pytest.approx(2.0 * 0.01 / 2 * 2.5, rel=0.12)
+    summed = RecordedCodec(create("none", {}), {}, scale=2.0, recorded_world=2)
+    assert summed.decode_seconds(_record(decode_s=0.01, rounds=2), bucket) == 2.0 * 0.01 / 2
+    assert codec.decode_seconds(rec, Bucket(key=0, shapes=[torch.Size([100])], world=2)) == 2.0 * 0.01 / 2
+
+
+@pytest.mark.compiler
+def test_decode_time_sees_that_dgc_barely_grows_with_the_peers_and_reference_two_bit_does():
+    """From the decodes' structure, not the codec: DGC's native kernel adds every peer's 1 % of
+    (index, value) pairs into one dense bucket (the bucket's cost dominates), the reference 2-bit
+    unpacks every peer's codes into a whole bucket (each peer costs about a bucket). Planted:
+    decode_time timing the encode instead -> both near 1, the 2-bit bound fails."""
+    shapes = [torch.Size([1024, 1024])]
+    dgc = create("dgc", {"ratio": 0.01, "warmup_epochs": 0}, kernels="native")
+    two = create("twobit", {}, kernels="torch")
+    ratio = {}
+    for name, method in (("dgc", dgc), ("twobit", two)):
+        b = Bucket(key=0, shapes=shapes, step=5)
+        t = decode_times(method, b, (2, 8))
+        ratio[name] = t[8] / t[2]
+    assert ratio["twobit"] > 2.5, ratio
+    assert ratio["dgc"] < 0.6 * ratio["twobit"], ratio
 
 
 def test_a_replay_says_how_far_behind_its_trace_the_host_handed_gradients_over():
@@ -86,3 +130,30 @@ def test_a_replay_says_how_far_behind_its_trace_the_host_handed_gradients_over()
     lost = time.perf_counter() - t - 0.02
     behind = model.step_stats()["behind_s"]
     assert 0.05 <= behind <= lost, (behind, lost)
+
+
+def _steps(gathered: list[int], dtype: str = "int32") -> list[dict]:
+    """One bucket a step, gathering the given element counts (index and value tensors alike)."""
+    return [{"step": s, "buckets": [_record(sent=n, reduce_calls=0, reduce_bytes=0, gather_calls=2, gather_bytes=8 * n,
+                                            encode_s=0.001 * s, payloads=[{"gather": [[dtype, n], ["float32", n]]}])]}
+            for s, n in enumerate(gathered)]
+
+
+def test_copies_beyond_the_recorded_ranks_send_what_their_rank_sent_at_other_steps_of_its_phase():
+    """Golden case by hand: counts 100, 110, 400, 105, 95 (step 2 a denser phase, 4 x). Copy 0 is
+    the rank itself; at step 0 copy 1 takes the next alike step (1: 110), copy 2 the one after
+    (3: 105, step 2 being 4 x); step 2 has no step within a factor of 2 and keeps its own; times
+    stay each step's own. Planted: every copy sending its rank's own payload -> copy 1's step 0
+    reads 100, and the padding of more ranks (the largest of four) never shows."""
+    from gctestbed.compress.recorded import borrowed
+    steps = _steps([100, 110, 400, 105, 95])
+    assert borrowed(steps, 0)[(0, 0)]["sent"] == 100
+    one, two = borrowed(steps, 1), borrowed(steps, 2)
+    assert [one[(s, 0)]["sent"] for s in range(5)] == [110, 105, 400, 95, 100]
+    assert [two[(s, 0)]["sent"] for s in range(5)] == [105, 95, 400, 100, 110]
+    assert one[(0, 0)]["payloads"] == [{"gather": [["int32", 110], ["float32", 110]]}]
+    assert one[(0, 0)]["gather_bytes"] == 880 and one[(0, 0)]["encode_s"] == 0.0
+    # a step whose payload has another form (int64 indices) never stands in for this one's
+    mixed = _steps([100, 110, 120])
+    mixed[1]["buckets"][0]["payloads"][0]["gather"][0][0] = "int64"
+    assert borrowed(mixed, 1)[(0, 0)]["sent"] == 120

@@ -17,19 +17,32 @@ not (PowerSGD's P and Q then carry equal halves).
 
 Node counts other than the recorded one (rank r replays recorded rank r mod p): every rank's
 payload is its recorded rank's, so what a rank sends does not grow with the peers, but what it
-receives and decodes after an all-gather does (a gathered round decodes one payload per rank):
-the decode time of a round that gathered is scaled by world / recorded world. An all-reduced
-round's decode (one summed payload) is not.
+receives and decodes after an all-gather does, by a law that is the method's own: DGC scatters
+each peer's few (index, value) pairs into one dense bucket, so its decode barely grows, while
+the reference 2-bit unpacks every peer's codes into a whole bucket, so its decode grows almost
+with the peers. The recorded decode time of a bucket that gathers is therefore scaled by the
+ratio of the method's own decode of that bucket with ``world`` peers' payloads to its decode with
+the recorded world's, timed on this host (``decode_times``); a bucket whose rounds only all-reduce
+(one summed payload) is not scaled. For a GPU trace that ratio is this CPU's, an estimate.
+A method that chooses how much to send (DGC's sampled threshold, Strom's τ) sends a different
+amount from each rank, and an all-gather pads every rank's payload to the largest: more ranks,
+a larger largest. So the copies beyond the recorded ranks do not all send their recorded rank's
+payload of that step, which would cap the largest at the recorded ranks': copy c (ranks cp .. cp
++ p - 1) sends what its recorded rank sent at another step (``borrowed``), keeping that step's
+times.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from ..timing import Waiter
-from .base import DESCRIBES, Bucket, Compressor, Payload
+from ..timing import Waiter, now
+from .base import DESCRIBES, Bucket, Compressor, Payload, seeded
+
+REPEATS = 5         # timings of a decode, of which the best counts (one descheduled run must not)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
            "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
@@ -68,6 +81,7 @@ class RecordedCodec(Compressor):
             setattr(self, attr, getattr(method, attr))
         self.buckets, self.scale, self.recorded_world = buckets, scale, recorded_world
         self.waiter = Waiter(spin)
+        self._peer_scales: dict[tuple, float] = {}
 
     def _record(self, bucket: Bucket) -> dict[str, Any]:
         try:
@@ -91,20 +105,98 @@ class RecordedCodec(Compressor):
                        gather=[torch.zeros(n, dtype=d) for d, n in r["gather"]], sent=record.get("sent"),
                        meta={"round": i, "rounds": rounds, "grad": grad, "record": record, "world": world})
 
-    def decode_seconds(self, record: dict[str, Any], gathered: bool, world: int) -> float:
-        """One round's decode wait: the recorded decode time spread over the rounds, scaled by the
-        peers for a gathered round (one payload decoded per rank)."""
-        share = self.scale * (record.get("decode_s") or 0.0) / max(1, len(rounds_of(record)))
-        if gathered and self.recorded_world:
-            share *= world / self.recorded_world
-        return share
+    def decode_seconds(self, record: dict[str, Any], bucket: Bucket) -> float:
+        """One round's decode wait: the recorded decode time spread over the rounds, × how much
+        longer the method's decode of this bucket takes with this run's peers than with the
+        recorded ones (1 where nothing is gathered or the node count is the recorded one)."""
+        return (self.scale * (record.get("decode_s") or 0.0) / max(1, len(rounds_of(record)))
+                * self.peer_scale(record, bucket))
+
+    def peer_scale(self, record: dict[str, Any], bucket: Bucket) -> float:
+        """The method's own decode of ``bucket`` with ``bucket.world`` peers' payloads over its
+        decode with the recorded world's, timed here once per bucket and payload size (a warm-up
+        that changes the density changes it)."""
+        rounds = rounds_of(record)
+        gathered = sum(n for r in rounds for _, n in r["gather"])
+        if not gathered or not self.recorded_world or bucket.world == self.recorded_world:
+            return 1.0
+        key = (bucket.key, bucket.world, record["numel"], gathered.bit_length())
+        if key not in self._peer_scales:
+            t = decode_times(self.method, bucket, (self.recorded_world, bucket.world))
+            self._peer_scales[key] = t[bucket.world] / t[self.recorded_world]
+        return self._peer_scales[key]
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int, out: torch.Tensor | None = None):
         meta = payload.meta
-        self.waiter.wait(self.decode_seconds(meta["record"], bool(payload.gather), meta["world"]))
+        self.waiter.wait(self.decode_seconds(meta["record"], bucket))
         if meta["round"] + 1 < len(meta["rounds"]):
             return self._payload(meta["rounds"], meta["round"] + 1, meta["grad"], meta["record"], meta["world"])
         return meta["grad"]
 
     def decode(self, tensors, meta, bucket, numel):       # a replay's payload stands for the gradient it came with
         return meta["grad"]
+
+
+def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> dict[int, float]:
+    """Per peer count, the best of REPEATS timings of ``method``'s decode of ``bucket`` (every
+    round, into the bucket's buffer as the hook decodes) when that many ranks' payloads arrive,
+    each the one ``method`` encodes here from a random gradient: the collectives are stood in for (an all-gather gives that payload once per
+    peer, an all-reduce the payload itself), so only the decode's arithmetic is timed. The counts
+    alternate, after one untimed round (first allocations), so a slow spell of the host touches
+    both. ``method`` is one no run uses (its memories take the random gradients)."""
+    numel = sum(math.prod(s) for s in bucket.shapes)
+    gen = seeded("decode-time", bucket.key)
+    buffer = torch.empty(numel)
+    best = {n: math.inf for n in peers}
+    for i in range(REPEATS + 1):
+        for n in peers:
+            at = Bucket(key=bucket.key, shapes=bucket.shapes, step=bucket.step, rank=bucket.rank, world=n,
+                        ids=bucket.ids)
+            payload = method.encode(buffer.normal_(generator=gen), at)
+            spent = 0.0
+            while True:
+                payload.gathered = [payload.gather] * n if payload.gather else None
+                t = now()
+                out = method.decompress(payload, at, numel, out=buffer)   # into the bucket, as the hook does
+                spent += now() - t
+                if not isinstance(out, Payload):
+                    break
+                payload = out
+            if i:
+                best[n] = min(best[n], spent)
+    return best
+
+
+PAYLOAD_FIELDS = ("sent", "rounds", "reduce_calls", "gather_calls", "reduce_bytes", "gather_bytes", "payloads")
+
+
+def _form(record: dict[str, Any]) -> tuple:
+    """What must match for one step's payload to stand for another's: the bucket, its size, and
+    each round's tensors (dtypes, in order)."""
+    return (record["bucket"], record["numel"],
+            tuple((tuple(d for d, _ in r["reduce"]), tuple(d for d, _ in r["gather"])) for r in rounds_of(record)))
+
+
+def _gathered(record: dict[str, Any]) -> int:
+    return sum(n for r in rounds_of(record) for _, n in r["gather"])
+
+
+def borrowed(steps: list[dict[str, Any]], copy: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """A recorded rank's buckets by (step, bucket index) for its ``copy``-th copy in a replay on
+    more nodes (copy 0 is the rank itself: its own records): each bucket's payload (PAYLOAD_FIELDS)
+    from the ``copy``-th later step, cyclically, whose payload has the same form and gathers
+    within a factor of 2 as many elements (a schedule's phase is not mixed: DGC's warm-up
+    quarters its density each epoch); its times stay the step's own. A bucket with no such step
+    keeps its own payload."""
+    own = {(s["step"], b["bucket"]): b for s in steps for b in s["buckets"]}
+    if copy == 0:
+        return own
+    order = [s["step"] for s in steps]
+    out = {}
+    for (step, key), record in own.items():
+        i, n = order.index(step), _gathered(record)
+        later = [own[(s, key)] for s in order[i + 1:] + order[:i] if (s, key) in own]
+        alike = [r for r in later if _form(r) == _form(record) and n / 2 <= _gathered(r) <= 2 * n]
+        source = alike[(copy - 1) % len(alike)] if alike else record
+        out[(step, key)] = {**record, **{f: source[f] for f in PAYLOAD_FIELDS if f in source}}
+    return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..compress.recorded import borrowed
 from ..timing import Waiter, now
 from ..tracefile import load
 
@@ -235,9 +236,10 @@ def recorded_optimizer(trace: dict, rank: int, o: ReplayOptions):
 
 def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
     """compress.recorded.RecordedCodec's arguments for rank ``rank`` (the recorded rank r mod p's
-    buckets by step and DDP's bucket index), or None when the method runs for real."""
+    buckets by step and DDP's bucket index, its payloads borrowed from other steps for the copies
+    beyond the recorded ranks), or None when the method runs for real."""
     if o.codec != "recorded":
         return None
-    mine = trace["ranks"][rank % len(trace["ranks"])]["steps"]
-    return {"buckets": {(s["step"], b["bucket"]): b for s in mine for b in s["buckets"]}, "scale": o.scale,
-            "spin": o.compute == "spin", "recorded_world": len(trace["ranks"])}
+    p = len(trace["ranks"])
+    return {"buckets": borrowed(trace["ranks"][rank % p]["steps"], rank // p), "scale": o.scale,
+            "spin": o.compute == "spin", "recorded_world": p}
