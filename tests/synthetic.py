@@ -33,13 +33,14 @@ def true_step(method: str, bw: float, mode: str, nodes: int = 2) -> tuple[float,
 
 
 def fill(results_dir: str, sweep: str = "synthetic", steps: int = 4, methods=("none", "fp16", "twobit"),
-         bws=BWS, modes=("overlap", "serial"), loss_of=lambda method, step: 2.3 - 0.1 * step, nodes=(2,)) -> int:
+         bws=BWS, modes=("overlap", "serial"), loss_of=lambda method, step: 2.3 - 0.1 * step, nodes=(2,),
+         seed: int = 0) -> int:
     """Write one finished run per (nodes, method, bw, mode) and mark it a sweep cell; returns the count."""
     count = 0
     for method, n, bw, mode in ((m, n, b, d) for n in nodes for m in methods for b in bws for d in modes):
         spec = RunSpec(nodes=n, link=LinkSpec(bw_bps=int(bw)), compressor=method, workload="mlp",
-                       steps=steps, batch_size=32, mode=mode, results_dir=results_dir,
-                       run_id=(f"n{n}-" if n != 2 else "") + f"{method}{int(bw)}{mode}")
+                       steps=steps, batch_size=32, mode=mode, results_dir=results_dir, seed=seed,
+                       run_id=(f"n{n}-" if n != 2 else "") + f"{method}{int(bw)}{mode}" + (f"-s{seed}" if seed else ""))
         rec = results.Recorder(results_dir, spec.run_id)
         rec.start_run(spec, {})
         step_s, comm_s, tx = true_step(method, bw, mode, n)

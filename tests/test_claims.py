@@ -545,3 +545,23 @@ def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path)
     # 'claims run --device cuda' names the device it runs on; the runs already stored still decide
     assert judge.judge(claim, True, str(tmp_path / "mixed"), device="cuda")["verdict"] == OUT_OF_SCOPE
     assert judge.judge(claim, True, str(tmp_path / "cpu"), device="cuda")["verdict"] == OUT_OF_SCOPE
+
+
+def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none(tmp_path, monkeypatch):
+    """Golden case by hand: three repeats made with λ = 1.1, 1.2, 1.3 fit those λ; their mean is 1.2
+    and Student's t (2 degrees of freedom, 4.303) gives 1.2 ± 4.303 × 0.1 / √3 = [0.952, 1.448].
+    A single repeat has no interval, so 'between 1 and 1.15' cannot judge it. Planted: λ fitted on
+    the pooled cells with no interval -> the bounds differ."""
+    import synthetic
+    from gctestbed.analysis import cells
+    from gctestbed.claims import figures
+    for seed, lam in ((1, 1.1), (2, 1.2), (3, 1.3)):
+        monkeypatch.setattr(synthetic, "LAMBDA", lam)
+        synthetic.fill(str(tmp_path), sweep=f"s{seed}", methods=("none",), seed=seed)
+    rows = cells.load(str(tmp_path))
+    m = figures.model_lambda(rows)
+    assert m.detail["per_seed"] == pytest.approx({1: 1.1, 2: 1.2, 3: 1.3}, abs=0.011)
+    assert (m.value, m.low, m.high) == pytest.approx((1.2, 0.952, 1.448), abs=0.02)
+    one = figures.model_lambda([r for r in rows if r.seed == 2])
+    assert one.value == pytest.approx(1.2, abs=0.011) and one.low == -float("inf")
+    assert between(1.0, 1.15).judge(one) == INCONCLUSIVE

@@ -276,7 +276,20 @@ def model_error(rows: list[Row]) -> Measure:
 
 
 def model_lambda(rows: list[Row]) -> Measure:
+    """λ, the model's stretch of compute under overlapped communication, fitted on each repeat's
+    cells alone (their seed): the mean over the repeats with Student's t 95 % interval. One
+    repeat gives no interval (λ is a fit, with no spread of its own), so a region cannot judge it."""
     fit = model.fit(rows, "tail")
     if fit is None:
         return Measure.missing("the model needs serial and overlap cells of none to fit")
-    return Measure(fit.lam, detail={"alpha_s": fit.alpha_s, "eta": fit.eta})
+    per_seed = {}
+    for seed in sorted({r.seed for r in rows}):
+        if (f := model.fit([r for r in rows if r.seed == seed], "tail")) is not None:
+            per_seed[seed] = f.lam
+    detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed}
+    if len(per_seed) < 2:
+        return Measure(fit.lam, -math.inf, math.inf,
+                       detail={**detail, "interval": "none: one repeat (a fit has no spread of its own)"})
+    mean, half, n = _mean_interval(list(per_seed.values()))
+    return Measure(mean, mean - half, mean + half,
+                   detail={**detail, "n": n, "interval": f"Student's t, 95 %, on λ fitted per seed ({n} seeds)"})
