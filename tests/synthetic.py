@@ -16,6 +16,7 @@ METHODS = {
 }
 COMPUTE_S, OPTIM_S = 0.05, 0.005
 LAMBDA, ALPHA_S, ETA = 1.2, 0.0002, 0.9
+DECODE_PER_PEER = True      # a gathering method decodes every node's payload; False: its decode does not grow
 BWS = (10e6, 30e6, 100e6, 300e6, 1e9)
 
 
@@ -26,7 +27,7 @@ def true_step(method: str, bw: float, mode: str, nodes: int = 2) -> tuple[float,
     p = nodes
     tx = 2 * (p - 1) / p * (payload - gathered) + (p - 1) * gathered
     comm = (reduce_calls * 2 + gather_calls) * (p - 1) * ALPHA_S + tx * 8 / (bw * ETA)
-    dec = dec * p / 2 if gathered else dec             # a gathering method decodes every node's payload
+    dec = dec * p / 2 if gathered and DECODE_PER_PEER else dec             # a gathering method decodes every node's payload
     if mode == "serial":
         return COMPUTE_S + comm + enc + dec + OPTIM_S, comm, tx
     return max(LAMBDA * COMPUTE_S, comm / 2) + comm / 2 + enc + dec + OPTIM_S, comm, tx
@@ -45,7 +46,7 @@ def fill(results_dir: str, sweep: str = "synthetic", steps: int = 4, methods=("n
         rec.start_run(spec, {})
         step_s, comm_s, tx = true_step(method, bw, mode, n)
         payload, gathered, reduce_calls, gather_calls, enc, dec = METHODS[method]
-        dec = dec * n / 2 if gathered else dec
+        dec = dec * n / 2 if gathered and DECODE_PER_PEER else dec
         compute = COMPUTE_S if mode == "serial" else step_s - OPTIM_S
         for step in range(steps):
             for rank in range(n):

@@ -325,3 +325,22 @@ def test_runs_over_servers_placed_differently_get_different_labels():
     mxnet, balanced = (flags.build_spec(comm=f"ps:servers=2,place={p}") for p in ("mxnet", "balanced"))
     assert _comm(mxnet) == "ps:servers=2,pull=dense,place=mxnet"
     assert _comm(balanced) == "ps:servers=2,pull=dense,place=balanced"
+
+
+def test_the_held_out_model_grows_a_gathering_methods_decode_by_its_own_measured_slope(tmp_path, monkeypatch):
+    """twobit's decode made flat at every node count (as DGC's scatter into one bucket measured,
+    docs/replay.md): fitted on 2, 4 and 8 nodes its slope is 0, so its 16- and 32-node cells are
+    predicted within a percent; a decode assumed to grow with the nodes (planted: no slopes)
+    misses them, 3 ms at 2 nodes becoming 48 ms at 32."""
+    monkeypatch.setattr(synthetic, "DECODE_PER_PEER", False)
+    synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16, 32), bws=(30e6, 1e9))
+    rows = cells.load(str(tmp_path))
+    assert model.decode_slopes(rows)[("mlp", 32, "twobit")] == pytest.approx(0.0, abs=1e-9)
+    held = model.held_out(rows, {2, 4, 8})
+    two = [c for c in held["cells"] if c["compressor"] == "twobit"]
+    assert len(two) == 8 and max(abs(c["error"]) for c in two) < 0.01, two
+    # with a decode growing a payload per peer (the synthetic default), the slope is its own: 1.5 ms a node
+    monkeypatch.setattr(synthetic, "DECODE_PER_PEER", True)
+    synthetic.fill(str(tmp_path / "grows"), nodes=(2, 4, 8))
+    slope = model.decode_slopes(cells.load(str(tmp_path / "grows")))[("mlp", 32, "twobit")]
+    assert slope == pytest.approx(synthetic.METHODS["twobit"][5] / 2, rel=1e-6)

@@ -281,9 +281,33 @@ def _serial_deltas(r: Row, ph: Phases, comm_s: float) -> list[str]:
 
 # ---- projection beyond this machine (model output, never a measurement) ----
 
-def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", mode: str = "overlap") -> float:
+def decode_slopes(rows: list[Row]) -> dict[tuple, float]:
+    """Per (workload, batch size, method) of a gathering method measured at two or more node
+    counts: how much its decode grows per node (seconds), the slope
+    of a least-squares line through each node count's median decode (not below 0). How a decode
+    grows with the peers is the method's own: DGC adds each peer's few (index, value) pairs into
+    one dense bucket and barely grows, the reference 2-bit unpacks each peer's codes into a whole
+    bucket and grows about a bucket per peer; so it is read from the cells, not assumed."""
+    by: dict[tuple, dict[int, list[float]]] = {}
+    for r in rows:
+        if r.gather_calls and r.decode_s is not None and r.comm == "allreduce":
+            by.setdefault((r.workload, r.batch_size, r.compressor), {}).setdefault(r.nodes, []).append(r.decode_s)
+    out = {}
+    for key, counts in by.items():
+        if len(counts) < 2:
+            continue
+        xs, ys = list(counts), [statistics.median(v) for v in counts.values()]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        out[key] = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+    return out
+
+
+def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", mode: str = "overlap",
+            slope: float | None = None) -> float:
     """Row ``r``'s step time predicted for ``p`` nodes at ``bw`` in ``mode``: bytes and messages
-    follow the ring formulas for p; a gathering method decodes p payloads instead of r.nodes."""
+    follow the ring formulas for p; a gathering method's decode grows by ``slope`` a node (its
+    ``decode_slopes``), or, measured at one node count only, in proportion to the nodes (one
+    payload decoded per rank: an assumption, which DGC's scatter into one bucket does not meet)."""
     p0 = r.nodes
     reduce_bytes = (r.payload_bytes or 0) - (r.gather_bytes or 0)
     ring0 = 2 * (p0 - 1) / p0 * reduce_bytes
@@ -292,7 +316,10 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", m
     n = messages(r.reduce_calls or 0, r.gather_calls or 0, p)
     whole = comm_time(tx, n, bw, latency_s, f.alpha_s, f.eta)
     share = (r.tail_tx_bytes or 0) / r.expected_tx_bytes if r.expected_tx_bytes else 1.0
-    scaled = Phases(ph.compute, ph.optim, ph.encode, ph.decode * (p / p0 if r.gather_calls else 1.0))
+    decode = ph.decode
+    if r.gather_calls:
+        decode = max(0.0, ph.decode + slope * (p - p0)) if slope is not None else ph.decode * p / p0
+    scaled = Phases(ph.compute, ph.optim, ph.encode, decode)
     return step_time(scaled, whole, whole * share, mode, f.lam, f.variant)
 
 
@@ -320,7 +347,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
     them (same workload, batch, latency, method and mode; the same bandwidth where there is one,
     the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
-    a gathering method's decode scaled with the nodes. α and η come from every method's serial
+    a gathering method's decode by its slope over the fitted node counts. α and η come from every method's serial
     cells there, not none's alone: none's step has two large all-reduces whose messages and bytes
     both grow with the nodes, so on its own it cannot tell a cost per message from a lower rate,
     and one slow node count among three turns into a steep α (measured: 0.26 ms on 2-8 replayed
@@ -335,7 +362,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     f = fit(train, variant, network_from_every_method=True)
     if f is None:
         return None
-    ph = phases(train)
+    ph, slopes = phases(train), decode_slopes(train)
     cells_out, by_nodes = [], {}
     for r in rows:
         if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s:
@@ -346,7 +373,8 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
         if not twins:
             continue
         twin = max(twins, key=lambda t: (t.bw_bps == r.bw_bps, t.nodes, -abs(math.log(t.bw_bps / r.bw_bps))))
-        predicted = _scaled(twin, ph[(*_setting(twin), twin.compressor)], r.nodes, r.bw_bps, r.latency_s, f, r.mode)
+        predicted = _scaled(twin, ph[(*_setting(twin), twin.compressor)], r.nodes, r.bw_bps, r.latency_s, f, r.mode,
+                            slopes.get((twin.workload, twin.batch_size, twin.compressor)))
         cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,
                 "measured_s": r.step_s, "predicted_s": predicted, "error": predicted / r.step_s - 1,
                 "from_nodes": twin.nodes}
@@ -369,7 +397,7 @@ def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) 
     """Per setting and method: predicted speedup over none at each (p, bw), and the break-even
     bandwidth for each p, found by bisection in log-bandwidth between 1 Mbit/s and 1 Tbit/s.
     Ring runs only: a parameter server's or local SGD's bytes at other node counts are not ring formulas."""
-    ph = phases(rows)
+    ph, slopes = phases(rows), decode_slopes(rows)
     out = []
     reps: dict[tuple, Row] = {}
     ring = (r for r in rows if r.nodes > 1 and r.expected_tx_bytes and r.comm == "allreduce")
@@ -384,7 +412,8 @@ def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) 
             continue
 
         def speedup(p: int, bw: float) -> float:
-            return _scaled(none, pn, p, bw, r.latency_s, f) / _scaled(r, pm, p, bw, r.latency_s, f)
+            return (_scaled(none, pn, p, bw, r.latency_s, f)
+                    / _scaled(r, pm, p, bw, r.latency_s, f, slope=slopes.get((r.workload, r.batch_size, r.compressor))))
         entry = {"workload": r.workload, "batch_size": r.batch_size, "latency_s": r.latency_s, "measured_nodes": r.nodes,
                  "compressor": r.compressor, "speedup": {}, "break_even_bps": {}}
         for p in nodes:
