@@ -177,19 +177,25 @@ def dgc_density(o: dict, step: int) -> float:
 def _dgc(o, shapes, step, sent):
     """Lin et al. 2018: each tensor of more than one dimension and at least min_numel elements sends
     about density * n of its elements (a sampled threshold: 0.8 k to 1.3 k, DGC's own bounds) as
-    int32 index + fp32 (or fp16) value; every other tensor goes dense, its velocity all-reduced."""
+    int32 index + fp32 (or fp16) value, or (``packing=runlength``, the paper's §3.1) as a 16-bit
+    run of zeros + value, where a run past 65,535 zeros costs one more entry of value 0 (at most one
+    per 65,536 elements of the bucket); every other tensor goes dense, its velocity all-reduced."""
     sparse = [_numel(s) for s in shapes if len(s) > 1 and _numel(s) >= o["min_numel"]]
     dense = sum(_numel(s) for s in shapes) - sum(sparse)
     density = dgc_density(o, step)
     k = sum(max(1, math.ceil(density * n)) for n in sparse)
     c = sent if sent is not None else 0
+    runs = o.get("packing", "index") == "runlength"
+    cuts = sum(_numel(s) for s in shapes) // 65536 if runs else 0
     round_ = []
     if dense:
         round_.append(Collective("allreduce", {"dense tensors (fp32)": 4 * dense}))
     if sparse:
-        round_.append(Collective("allgather", {"int32 indices": 4 * c, "values": (2 if o["fp16_values"] else 4) * c}))
-    return BucketContract([round_], bounds=Bounds(f"elements selected (0.8k..1.3k, k={k} at density {density:g})",
-                                                   0.8 * k, 1.3 * k) if sparse else None)
+        where = {"16-bit runs of zeros": 2 * c} if runs else {"int32 indices": 4 * c}
+        round_.append(Collective("allgather", {**where, "values": (2 if o["fp16_values"] else 4) * c}))
+    what = (f"entries sent (0.8k..1.3k + {cuts} run cuts, k={k} at density {density:g})" if runs else
+            f"elements selected (0.8k..1.3k, k={k} at density {density:g})")
+    return BucketContract([round_], bounds=Bounds(what, 0.8 * k, 1.3 * k + cuts) if sparse else None)
 
 
 def _variance(o, shapes, step, sent):

@@ -101,6 +101,30 @@ def test_dgc_sizes_dense_small_tensors_and_warmup():
     assert 0.8 * 20 * 8 <= k <= 1.3 * 20 * 8
 
 
+def test_dgc_run_length_packing_is_the_papers_six_bytes_an_element_worked_by_hand():
+    """§3.1 of the DGC paper: each value with the 16-bit count of zeros before it. By hand:
+    positions 0, 3, 70000 are runs 0, 2, then 69,996 zeros, more than 65,535, so an entry of value
+    0 at 65,539 (run 65,535) and 70000 after 4,460 more. Planted: runs counted from the previous
+    position (off by one) -> the positions decode one further each."""
+    from gctestbed.compress.dgc import from_runs, to_runs
+    runs, values = to_runs(torch.tensor([0, 3, 70000], dtype=torch.int32), torch.tensor([1.0, 2.0, 3.0]))
+    assert runs.dtype == torch.int16 and (runs.to(torch.int64) & 0xFFFF).tolist() == [0, 2, 65535, 4460]
+    assert values.tolist() == [1.0, 2.0, 0.0, 3.0]
+    assert from_runs(runs).tolist() == [0, 3, 65539, 70000]
+    # a whole exchange: the same selection as the int32-index packing, 6 bytes an entry instead of 8
+    shapes = [torch.Size([200, 100]), torch.Size([100])]
+    g = [torch.randn(20100, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    out = {}
+    for packing in ("index", "runlength"):
+        comps = make("dgc", f"ratio=0.01,warmup_epochs=0,packing={packing}", world=2)
+        out[packing] = exchange(comps, [x.clone() for x in g], shapes, step=3)
+    (idx_sums, idx_bytes), (run_sums, run_bytes) = out["index"], out["runlength"]
+    assert all(torch.equal(a, b) for a, b in zip(idx_sums, run_sums))
+    assert [(b - 400) * 6 for b in idx_bytes] == [(b - 400) * 8 for b in run_bytes]       # 400: the dense bias
+    with pytest.raises(ValueError, match="packing must be one of"):
+        make("dgc", "packing=rle")
+
+
 def test_dgc_clips_each_parameters_local_gradient_to_its_share_of_the_threshold():
     """Golden case by hand (DGC, local gradient clipping; the authors' code clips each named
     gradient): 2 nodes, clip_norm 1, so each parameter's local gradient is held to 1/sqrt(2).

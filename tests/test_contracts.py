@@ -71,6 +71,13 @@ def test_dgc_density_warms_up_as_the_paper_says_and_bounds_the_count():
     assert terms(c) == [[{"allreduce": {"dense tensors (fp32)": 400}}, {"allgather": {"int32 indices": 84, "values": 84}}]]
     assert (c.bounds.low, c.bounds.high) == pytest.approx((16, 26))         # k = 20
     assert contract("dgc:fp16_values=true,warmup_epochs=0", shapes, sent=20).rounds[0][1].terms["values"] == 40
+    # the paper's packing: a 16-bit run of zeros per value (6 bytes an entry), and one more entry of
+    # value 0 allowed per 65,536 elements of the bucket (a run past 65,535 is cut)
+    runs = contract("dgc:ratio=0.001,warmup_epochs=0,packing=runlength", shapes, sent=21)
+    assert terms(runs) == [[{"allreduce": {"dense tensors (fp32)": 400}}, {"allgather": {"16-bit runs of zeros": 42, "values": 84}}]]
+    assert (runs.bounds.low, runs.bounds.high) == pytest.approx((16, 26))
+    big = contract("dgc:ratio=0.001,warmup_epochs=0,packing=runlength", [[1000, 200]], sent=200)
+    assert (big.bounds.low, big.bounds.high) == pytest.approx((160, 260 + 3))          # 200,000 // 65,536 = 3
 
 
 def test_variance_is_four_and_a_half_bytes_per_element_plus_the_scale():
@@ -97,7 +104,8 @@ def test_wire_bytes_follow_the_ring_and_the_padded_gather():
 
 def _method_texts():
     return ["none", "fp16", "bf16", "powersgd:start_iter=0", "topk", "randomk", "threshold", "twobit", "onebit",
-            "dgc:warmup_epochs=0,min_numel=64", "variance:estimate=microbatch", "hybrid:estimate=microbatch", "qsgd",
+            "dgc:warmup_epochs=0,min_numel=64", "dgc:warmup_epochs=0,min_numel=64,packing=runlength",
+            "variance:estimate=microbatch", "hybrid:estimate=microbatch", "qsgd",
             "terngrad", "signsgd", "efsignsgd", "signum"]
 
 

@@ -7,7 +7,9 @@ estimated from a random sample of |v| (``sample_ratio``, ~1 %) and refined when 
 count misses the target (halved while far too few, exact top-k among the selected when far too
 many, ties to the lower index), never sorting the whole tensor; indices are sent in ascending
 order; the selected v are sent as int32 index + fp32 (or fp16)
-value; both v and u are zeroed where sent (momentum factor masking). Each parameter's local
+value, or, with ``packing=runlength``, as the paper's encode packs them (§3.1): each value with
+the 16-bit count of zeros before it, 6 bytes an element instead of 8, a run longer than 65,535
+cut by a zero-valued entry (``to_runs``); both v and u are zeroed where sent (momentum factor masking). Each parameter's local
 gradient is clipped to an L2 norm of ``clip_norm`` / sqrt(N) first (local gradient clipping;
 0 turns it off). Density
 warms up: 25 %, 6.25 %, 1.5625 %, 0.39 % over the first ``warmup_epochs`` epochs (75 %, 93.75 %,
@@ -48,6 +50,7 @@ class DGCOptions:
     accumulate: bool = True             # local gradient accumulation; false: what is not sent is dropped
     momentum_correction: bool = True    # momentum before sparsification; false: the optimizer's momentum
     masking: bool = True                # momentum factor masking (only with momentum_correction)
+    packing: str = "index"              # index: int32 index + value; runlength: 16-bit zero run + value (the paper's)
 
     def __post_init__(self):
         if not 0 < self.ratio <= 1:
@@ -60,6 +63,34 @@ class DGCOptions:
             raise ValueError(f"sample_ratio must be in (0, 1], got {self.sample_ratio}")
         if self.clip_norm < 0 or self.min_numel < 1:
             raise ValueError("clip_norm must be 0 or more and min_numel at least 1")
+        if self.packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
+
+
+PACKINGS = ("index", "runlength")
+RUN_MAX = 65535             # the longest run of zeros a 16-bit count holds
+
+
+def to_runs(idx: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ascending positions and their values as (16-bit runs of zeros, values): each entry's run
+    counts the zeros since the previous entry; a gap longer than RUN_MAX is cut by entries of
+    value 0 with run RUN_MAX. The runs travel as int16 holding the unsigned count's bits."""
+    idx = idx.to(torch.int64)
+    gaps = idx - torch.cat([idx.new_full((1,), -1), idx[:-1]]) - 1
+    fillers = gaps // (RUN_MAX + 1)
+    last_run = gaps - fillers * (RUN_MAX + 1)
+    owner = torch.repeat_interleave(torch.arange(idx.numel(), device=idx.device), fillers + 1)
+    starts = torch.cumsum(fillers + 1, 0) - (fillers + 1)
+    last = torch.arange(owner.numel(), device=idx.device) - starts[owner] == fillers[owner]
+    runs = torch.where(last, last_run[owner], torch.full_like(owner, RUN_MAX))
+    packed = torch.where(last, values[owner], torch.zeros((), dtype=values.dtype, device=values.device))
+    return (runs - (runs > 32767).to(torch.int64) * 65536).to(torch.int16), packed
+
+
+def from_runs(runs: torch.Tensor) -> torch.Tensor:
+    """The int32 positions ``to_runs`` packed: each after its run of zeros and the entry before it."""
+    counts = runs.to(torch.int64) & 0xFFFF
+    return (torch.cumsum(counts + 1, 0) - 1).to(torch.int32)
 
 
 def sample_sizes(n: int, density: float, sample_ratio: float) -> tuple[int, int, int]:
@@ -101,6 +132,12 @@ def sampled_threshold_select(v: torch.Tensor, density: float, sample_ratio: floa
     if idx.numel() > 1.3 * k:                               # far too many: exact top-k among them
         idx = keep_largest(mag, idx, k)
     return idx
+
+
+def _dense(idx: torch.Tensor, values: torch.Tensor, numel: int) -> torch.Tensor:
+    out = torch.zeros(numel, dtype=torch.float32, device=values.device)
+    out[idx.long()] = values.to(torch.float32)        # positions are distinct; a run's cutting entries are 0
+    return out
 
 
 @register
@@ -185,13 +222,18 @@ class DGC(Compressor):
         payload = Payload(reduce=[torch.cat(dense)] if dense else [], meta={"density": density})
         if indices:                               # a bucket of dense tensors only gathers nothing
             idx, vals = torch.cat(indices).to(torch.int32), torch.cat(values)
-            payload.gather, payload.sent = [idx, vals.to(torch.float16) if o.fp16_values else vals], idx.numel()
+            vals = vals.to(torch.float16) if o.fp16_values else vals
+            if o.packing == "runlength":
+                idx, vals = to_runs(idx, vals)
+            payload.gather, payload.sent = [idx, vals], idx.numel()
         return payload
 
+    def _positions(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """A payload as (int32 positions, values), whichever packing it travelled in."""
+        return [from_runs(tensors[0]), tensors[1]] if self.options.packing == "runlength" else tensors
+
     def decode(self, tensors, meta, bucket, numel):
-        out = torch.zeros(numel, dtype=torch.float32, device=tensors[1].device)
-        out[tensors[0].long()] = tensors[1].to(torch.float32)
-        return out
+        return _dense(*self._positions(tensors), numel)
 
     def _add_dense(self, out: torch.Tensor, dense: torch.Tensor, bucket: Bucket) -> None:
         offset = 0
@@ -204,11 +246,12 @@ class DGC(Compressor):
         """The sparse payloads' sum, dense (zeros where there are none)."""
         if not payloads or not payloads[0]:
             return torch.zeros(numel, dtype=torch.float32, device=device)
+        payloads = [self._positions(p) for p in payloads]
         summed = scatter_sum(self.native(payloads[0][1]), payloads, numel, out)
         if summed is None:
-            summed = self.decode(payloads[0], {}, None, numel)
-            for tensors in payloads[1:]:
-                summed += self.decode(tensors, {}, None, numel)
+            summed = _dense(*payloads[0], numel)
+            for idx, vals in payloads[1:]:
+                summed += _dense(idx, vals, numel)
         return summed
 
     def decode_local(self, payload, bucket, numel):
