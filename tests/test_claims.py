@@ -224,10 +224,11 @@ def judge_g(tmp_path, dgc_tx: list[int], dgc_payload: int | None = None) -> dict
     """Claim g (DGC sends 270x to 600x fewer bytes than none) on a made-up store: none sends 3.4 MB a
     step on both layouts, DGC ``dgc_tx[i]`` bytes in repeat i (the interface counters)."""
     name = EXPERIMENTS["dgc-bytes"].sweep_name(True)
-    for workload in ("{fc}", "{vgg}"):
+    for workload in ("{fc}", "{conv}"):
         cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload, compressor="none"), [0.1] * 3, tx=3_400_000)
         for repeat, tx in enumerate(dgc_tx):
-            cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload, compressor="dgc:ratio=0.001,warmup_epochs=0"),
+            cell(str(tmp_path), name, params_of("dgc-bytes", workload=workload,
+                                                compressor="dgc:ratio=0.001,warmup_epochs=0,packing=runlength"),
                  [0.1] * 3, tx=tx, payload=dgc_payload, repeat=repeat)
     return judge.judge(anywhere("g"), True, str(tmp_path))
 
