@@ -91,6 +91,9 @@ def test_a_gathered_decode_is_scaled_by_the_methods_own_law_and_a_summed_one_is_
     summed = RecordedCodec(create("none", {}), {}, scale=2.0, recorded_world=2)
     assert summed.decode_seconds(_record(decode_s=0.01, rounds=2), bucket) == 2.0 * 0.01 / 2
     assert codec.decode_seconds(rec, Bucket(key=0, shapes=[torch.Size([100])], world=2)) == 2.0 * 0.01 / 2
+    # variance's encode needs the batch's statistics, so there is nothing to time: one payload per peer
+    variance = RecordedCodec(create("variance", {}), {}, scale=2.0, recorded_world=2)
+    assert variance.decode_seconds(rec, bucket) == 2.0 * 0.01 / 2 * 8 / 2
 
 
 @pytest.mark.compiler

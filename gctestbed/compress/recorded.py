@@ -23,7 +23,10 @@ the reference 2-bit unpacks every peer's codes into a whole bucket, so its decod
 with the peers. The recorded decode time of a bucket that gathers is therefore scaled by the
 ratio of the method's own decode of that bucket with ``world`` peers' payloads to its decode with
 the recorded world's, timed on this host (``decode_times``); a bucket whose rounds only all-reduce
-(one summed payload) is not scaled. For a GPU trace that ratio is this CPU's, an estimate.
+(one summed payload) is not scaled. For a GPU trace that ratio is this CPU's, an estimate. A
+method whose encode needs the batch's statistics (variance, hybrid) has no payload to time without
+a batch: its decode is scaled by world / recorded world, one payload decoded per rank, an
+assumption.
 A method that chooses how much to send (DGC's sampled threshold, Strom's τ) sends a different
 amount from each rank, and an all-gather pads every rank's payload to the largest: more ranks,
 a larger largest. So the copies beyond the recorded ranks do not all send their recorded rank's
@@ -120,6 +123,8 @@ class RecordedCodec(Compressor):
         gathered = sum(n for r in rounds for _, n in r["gather"])
         if not gathered or not self.recorded_world or bucket.world == self.recorded_world:
             return 1.0
+        if self.method.needs_own_loop():        # its encode needs the batch's statistics: nothing to time it on
+            return bucket.world / self.recorded_world
         key = (bucket.key, bucket.world, record["numel"], gathered.bit_length())
         if key not in self._peer_scales:
             t = decode_times(self.method, bucket, (self.recorded_world, bucket.world))
