@@ -125,7 +125,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.for_run(spec)
     if work.codec:                               # a replay's recorded payloads stand in for the method's
-        compressor = recorded.RecordedCodec(compressor, **work.codec)
+        compressor = recorded.RecordedCodec(compressor, **work.codec, world=spec.nodes)
     averaging = local.averaging(spec, list(model.parameters()))
     exchange = ps.ServerExchange(spec, [n for n, _ in model.named_parameters()]) if spec.servers else averaging and averaging.exchange()
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)

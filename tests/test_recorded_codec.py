@@ -67,7 +67,7 @@ class _Slow(Compressor):
     name, collective, summary = "slow", "allgather", "a decode of known cost"
 
     def encode(self, grad, bucket):
-        return Payload(gather=[torch.zeros(8)])
+        return Payload(gather=[torch.zeros(8)])              # 32 bytes, the recorded size below
 
     def decode(self, tensors, meta, bucket, numel):
         time.sleep(0.005)
@@ -91,6 +91,13 @@ def test_a_gathered_decode_is_scaled_by_the_methods_own_law_and_a_summed_one_is_
     summed = RecordedCodec(create("none", {}), {}, scale=2.0, recorded_world=2)
     assert summed.decode_seconds(_record(decode_s=0.01, rounds=2), bucket) == 2.0 * 0.01 / 2
     assert codec.decode_seconds(rec, Bucket(key=0, shapes=[torch.Size([100])], world=2)) == 2.0 * 0.01 / 2
+    # a stand-in far from the recorded size (100 x here; Strom's absolute τ on a random gradient) times
+    # another decode than the trace's: one payload per peer, assumed
+    big = _record(decode_s=0.01, rounds=2, reduce_calls=0, reduce_bytes=0, gather_calls=2, gather_bytes=3200)
+    assert RecordedCodec(slow, {}, scale=2.0, recorded_world=2).decode_seconds(big, bucket) == 2.0 * 0.01 / 2 * 8 / 2
+    # given the trace's shapes and the run's world, every bucket is timed when the codec is made, not in a step
+    early = RecordedCodec(slow, {(3, 0): {**rec, "layout": 0}}, recorded_world=2, shapes={0: [[100]]}, world=8)
+    assert list(early._peer_scales) == [(0, 8, 1000, 6)]
     # variance's encode needs the batch's statistics, so there is nothing to time: one payload per peer
     variance = RecordedCodec(create("variance", {}), {}, scale=2.0, recorded_world=2)
     assert variance.decode_seconds(rec, bucket) == 2.0 * 0.01 / 2 * 8 / 2
@@ -108,7 +115,7 @@ def test_decode_time_sees_that_dgc_barely_grows_with_the_peers_and_reference_two
     ratio = {}
     for name, method in (("dgc", dgc), ("twobit", two)):
         b = Bucket(key=0, shapes=shapes, step=5)
-        t = decode_times(method, b, (2, 8))
+        t, _ = decode_times(method, b, (2, 8))
         ratio[name] = t[8] / t[2]
     assert ratio["twobit"] > 2.5, ratio
     assert ratio["dgc"] < 0.6 * ratio["twobit"], ratio

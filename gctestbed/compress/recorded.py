@@ -77,7 +77,8 @@ class RecordedCodec(Compressor):
     (step, DDP's bucket index) to the recorded rank's bucket record (gctestbed.trace's fields)."""
 
     def __init__(self, method: Compressor, buckets: dict[tuple[int, int], dict[str, Any]], scale: float = 1.0,
-                 spin: bool = False, recorded_world: int | None = None):
+                 spin: bool = False, recorded_world: int | None = None,
+                 shapes: dict[int, list[list[int]]] | None = None, world: int | None = None):
         self.method = method
         self.options = method.options
         for attr in DESCRIBES:
@@ -85,6 +86,11 @@ class RecordedCodec(Compressor):
         self.buckets, self.scale, self.recorded_world = buckets, scale, recorded_world
         self.waiter = Waiter(spin)
         self._peer_scales: dict[tuple, float] = {}
+        if shapes and world:                    # timed now, before the first step, not inside one
+            for (step, key), record in buckets.items():
+                if record.get("layout") in shapes:
+                    self.peer_scale(record, Bucket(key=key, shapes=[torch.Size(x) for x in shapes[record["layout"]]],
+                                                   step=step, world=world))
 
     def _record(self, bucket: Bucket) -> dict[str, Any]:
         try:
@@ -127,8 +133,13 @@ class RecordedCodec(Compressor):
             return bucket.world / self.recorded_world
         key = (bucket.key, bucket.world, record["numel"], gathered.bit_length())
         if key not in self._peer_scales:
-            t = decode_times(self.method, bucket, (self.recorded_world, bucket.world))
-            self._peer_scales[key] = t[bucket.world] / t[self.recorded_world]
+            t, stand_in = decode_times(self.method, bucket, (self.recorded_world, bucket.world))
+            # a stand-in far from the recorded size (Strom's absolute τ on a random gradient sends nearly
+            # everything) times another decode than the trace's: one payload decoded per rank, assumed
+            recorded = record.get("gather_bytes") or 0
+            representative = recorded / 2 <= stand_in <= 2 * recorded
+            self._peer_scales[key] = (t[bucket.world] / t[self.recorded_world] if representative
+                                      else bucket.world / self.recorded_world)
         return self._peer_scales[key]
 
     def decompress(self, payload: Payload, bucket: Bucket, numel: int, out: torch.Tensor | None = None):
@@ -142,23 +153,24 @@ class RecordedCodec(Compressor):
         return meta["grad"]
 
 
-def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> dict[int, float]:
+def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> tuple[dict[int, float], int]:
     """Per peer count, the best of REPEATS timings of ``method``'s decode of ``bucket`` (every
     round, into the bucket's buffer as the hook decodes) when that many ranks' payloads arrive,
     each the one ``method`` encodes here from a random gradient: the collectives are stood in for (an all-gather gives that payload once per
     peer, an all-reduce the payload itself), so only the decode's arithmetic is timed. The counts
     alternate, after one untimed round (first allocations), so a slow spell of the host touches
-    both. ``method`` is one no run uses (its memories take the random gradients)."""
+    both. ``method`` is one no run uses (its memories take the random gradients). Also the
+    bytes the stand-in payload gathered (the last encode's), to hold against the recorded."""
     numel = sum(math.prod(s) for s in bucket.shapes)
     gen = seeded("decode-time", bucket.key)
     buffer = torch.empty(numel)
-    best = {n: math.inf for n in peers}
+    best, gathered = {n: math.inf for n in peers}, 0
     for i in range(REPEATS + 1):
         for n in peers:
             at = Bucket(key=bucket.key, shapes=bucket.shapes, step=bucket.step, rank=bucket.rank, world=n,
                         ids=bucket.ids)
             payload = method.encode(buffer.normal_(generator=gen), at)
-            spent = 0.0
+            gathered, spent = sum(t.numel() * t.element_size() for t in payload.gather), 0.0
             while True:
                 payload.gathered = [payload.gather] * n if payload.gather else None
                 t = now()
@@ -169,7 +181,7 @@ def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> 
                 payload = out
             if i:
                 best[n] = min(best[n], spent)
-    return best
+    return best, gathered
 
 
 PAYLOAD_FIELDS = ("sent", "rounds", "reduce_calls", "gather_calls", "reduce_bytes", "gather_bytes", "payloads")
@@ -177,9 +189,10 @@ PAYLOAD_FIELDS = ("sent", "rounds", "reduce_calls", "gather_calls", "reduce_byte
 
 def _form(record: dict[str, Any]) -> tuple:
     """What must match for one step's payload to stand for another's: the bucket, its size, and
-    each round's tensors (dtypes, in order)."""
+    each round's tensors (dtypes, in order; an all-reduced tensor's size too, which every rank
+    must share)."""
     return (record["bucket"], record["numel"],
-            tuple((tuple(d for d, _ in r["reduce"]), tuple(d for d, _ in r["gather"])) for r in rounds_of(record)))
+            tuple((tuple(r["reduce"]), tuple(d for d, _ in r["gather"])) for r in rounds_of(record)))
 
 
 def _gathered(record: dict[str, Any]) -> int:
@@ -190,18 +203,21 @@ def borrowed(steps: list[dict[str, Any]], copy: int) -> dict[tuple[int, int], di
     """A recorded rank's buckets by (step, bucket index) for its ``copy``-th copy in a replay on
     more nodes (copy 0 is the rank itself: its own records): each bucket's payload (PAYLOAD_FIELDS)
     from the ``copy``-th later step, cyclically, whose payload has the same form and gathers
-    within a factor of 2 as many elements (a schedule's phase is not mixed: DGC's warm-up
-    quarters its density each epoch); its times stay the step's own. A bucket with no such step
-    keeps its own payload."""
+    within a factor of 2 as many elements (a schedule's phase is not mixed where it changes the
+    size more: DGC's warm-up quarters its density each epoch); its times stay the step's own. A
+    bucket with no such step keeps its own payload."""
     own = {(s["step"], b["bucket"]): b for s in steps for b in s["buckets"]}
     if copy == 0:
         return own
-    order = [s["step"] for s in steps]
-    out = {}
+    groups: dict[tuple, list[tuple[int, int]]] = {}         # (bucket, form) -> [(step, gathered)], in step order
     for (step, key), record in own.items():
-        i, n = order.index(step), _gathered(record)
-        later = [own[(s, key)] for s in order[i + 1:] + order[:i] if (s, key) in own]
-        alike = [r for r in later if _form(r) == _form(record) and n / 2 <= _gathered(r) <= 2 * n]
-        source = alike[(copy - 1) % len(alike)] if alike else record
-        out[(step, key)] = {**record, **{f: source[f] for f in PAYLOAD_FIELDS if f in source}}
+        groups.setdefault(_form(record), []).append((step, _gathered(record)))
+    out = {}
+    for form, members in groups.items():
+        for i, (step, n) in enumerate(members):
+            later = members[i + 1:] + members[:i]
+            alike = [m for m in later if n / 2 <= m[1] <= 2 * n]
+            source = own[(alike[(copy - 1) % len(alike)][0], form[0])] if alike else own[(step, form[0])]
+            record = own[(step, form[0])]
+            out[(step, form[0])] = {**record, **{f: source[f] for f in PAYLOAD_FIELDS if f in source}}
     return out

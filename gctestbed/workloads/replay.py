@@ -241,5 +241,7 @@ def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
     if o.codec != "recorded":
         return None
     p = len(trace["ranks"])
+    layouts = trace["layouts"][str(rank % p)]
     return {"buckets": borrowed(trace["ranks"][rank % p]["steps"], rank // p), "scale": o.scale,
-            "spin": o.compute == "spin", "recorded_world": p}
+            "spin": o.compute == "spin", "recorded_world": p,
+            "shapes": {int(k): [shape for _, shape in v] for k, v in layouts.items()}}
