@@ -566,3 +566,9 @@ def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none
     one = figures.model_lambda([r for r in rows if r.seed == 2])
     assert one.value == pytest.approx(1.2, abs=0.011) and one.low == -float("inf")
     assert between(1.0, 1.15).judge(one) == INCONCLUSIVE
+    # written out, an interval with no end is null: strict JSON (JavaScript's parser, jq), not Infinity
+    from gctestbed.claims import page
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    assert json.loads(page.to_json({"low": one.low, "high": one.high}), parse_constant=refuse) == {"low": None, "high": None}

@@ -179,8 +179,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                                              f"their mix of layers), {TOY}"),
         # the bytes depend on the parameters' layout alone, which adaptive pooling keeps at any image size
         full=Setup({"fc": "alexnet:image=64", "conv": "resnet50:image=64"}, steps=8, repeat=3,
-                   scale="AlexNet (61.1 M parameters) and ResNet-50 (25.6 M) at full size with 1,000 classes, the "
-                         "paper's layouts, on 64-pixel images (the bytes depend on the layout alone), 2 nodes")),
+                   scale="AlexNet (torchvision's ungrouped layout, 61.1 M parameters; the paper's Caffe one has "
+                         "60.97 M) and ResNet-50 (25.6 M, the paper's) at full size with 1,000 classes, on 64-pixel "
+                         "images (the bytes depend on the layout alone), 2 nodes")),
     Experiment(
         "utility",
         axes={"workload": ["{conv}"], "bw": ["{low}", "{high}"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],

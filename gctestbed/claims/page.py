@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 
 import matplotlib
@@ -53,6 +54,20 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g}{unit if unit in ('x', '') else ' ' + unit}"
 
 
+def to_json(report: dict) -> str:
+    """The report as strict JSON: an interval with no end (one repeat of a fit gives none) is null,
+    not the Infinity that only Python reads."""
+    def finite(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: finite(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [finite(v) for v in x]
+        return x
+    return json.dumps(finite(report), indent=2, default=str, allow_nan=False)
+
+
 def write(claims: list[dict], out: str, controls: list[dict] = ()) -> dict:
     """claims.json, one PNG per claim and report.html into ``out``; the report as data, with each
     accuracy experiment's positive control (judge.controls)."""
@@ -62,7 +77,7 @@ def write(claims: list[dict], out: str, controls: list[dict] = ()) -> dict:
     report = {"claims": claims, "verdicts": {v: sum(c["verdict"] == v for c in claims) for v in COLOURS},
               "controls": list(controls)}
     with open(os.path.join(out, "claims.json"), "w") as f:
-        json.dump(report, f, indent=2, default=str)
+        f.write(to_json(report))
     with open(os.path.join(out, "report.html"), "w") as f:
         f.write(render_html(report))
     return report

@@ -72,7 +72,7 @@ def _show(results: list[dict], controls: list[dict], out: str, as_json: bool, do
     if doc:
         page.write_doc(doc, report, heading)
     if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
+        click.echo(page.to_json(report))
         return
     Console(width=max(Console().width, 160)).print(_table(results))
     click.echo(f"report: {os.path.join(out, 'report.html')} (claims.json, one picture per claim)")
