@@ -344,3 +344,14 @@ def test_the_held_out_model_grows_a_gathering_methods_decode_by_its_own_measured
     synthetic.fill(str(tmp_path / "grows"), nodes=(2, 4, 8))
     slope = model.decode_slopes(cells.load(str(tmp_path / "grows")))[("mlp", 32, "twobit")]
     assert slope == pytest.approx(synthetic.METHODS["twobit"][5] / 2, rel=1e-6)
+    # the projection follows the same slope: from its 2-node cells, twobit's step at 64 nodes carries its
+    # flat 3 ms decode, not 3 ms x 32 (planted: project without the slopes -> 96 ms, a far smaller speedup)
+    rows = cells.load(str(tmp_path))
+    f = model.fit(rows, "tail")
+
+    def from_two_nodes():
+        return next(p["speedup"]["64@1e+11"] for p in model.project(rows, f, [64], [100e9])
+                    if p["compressor"] == "twobit" and p["measured_nodes"] == 2)
+    flat = from_two_nodes()
+    monkeypatch.setattr(model, "decode_slopes", lambda rows: {})
+    assert flat > 1.5 * from_two_nodes()

@@ -111,6 +111,15 @@ def test_dgc_run_length_packing_is_the_papers_six_bytes_an_element_worked_by_han
     assert runs.dtype == torch.int16 and (runs.to(torch.int64) & 0xFFFF).tolist() == [0, 2, 65535, 4460]
     assert values.tolist() == [1.0, 2.0, 0.0, 3.0]
     assert from_runs(runs).tolist() == [0, 3, 65539, 70000]
+    # the edges, by hand: a gap of exactly 65,535 needs no cut, 65,536 one (an entry of value 0 right
+    # before); a first position past 65,535 is cut too; fp16 values stay fp16; nothing selected is empty
+    for positions, runs_by_hand in (([65535], [65535]), ([65536], [65535, 0]), ([0, 65536], [0, 65535]),
+                                    ([1, 131074], [1, 65535, 65535, 0]), ([], [])):
+        idx = torch.tensor(positions, dtype=torch.int32)
+        runs, values = to_runs(idx, torch.ones(len(positions), dtype=torch.float16))
+        assert (runs.to(torch.int64) & 0xFFFF).tolist() == runs_by_hand and values.dtype == torch.float16
+        decoded = from_runs(runs)
+        assert decoded[values != 0].tolist() == positions and (values == 0).sum() == len(runs_by_hand) - len(positions)
     # a whole exchange: the same selection as the int32-index packing, 6 bytes an entry instead of 8
     shapes = [torch.Size([200, 100]), torch.Size([100])]
     g = [torch.randn(20100, generator=torch.Generator().manual_seed(r)) for r in range(2)]
