@@ -123,8 +123,9 @@ class RecordedCodec(Compressor):
 
     def peer_scale(self, record: dict[str, Any], bucket: Bucket) -> float:
         """The method's own decode of ``bucket`` with ``bucket.world`` peers' payloads over its
-        decode with the recorded world's, timed here once per bucket and payload size (a warm-up
-        that changes the density changes it)."""
+        decode with the recorded world's, timed once per bucket and payload size (a warm-up that
+        changes the density changes it): when the codec is made where it has the trace's shapes,
+        else at the bucket's first decode."""
         rounds = rounds_of(record)
         gathered = sum(n for r in rounds for _, n in r["gather"])
         if not gathered or not self.recorded_world or bucket.world == self.recorded_world:
@@ -156,8 +157,9 @@ class RecordedCodec(Compressor):
 def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> tuple[dict[int, float], int]:
     """Per peer count, the best of REPEATS timings of ``method``'s decode of ``bucket`` (every
     round, into the bucket's buffer as the hook decodes) when that many ranks' payloads arrive,
-    each the one ``method`` encodes here from a random gradient: the collectives are stood in for (an all-gather gives that payload once per
-    peer, an all-reduce the payload itself), so only the decode's arithmetic is timed. The counts
+    each the one ``method`` encodes here from a random gradient: the collectives are stood in
+    for (an all-gather gives that payload once per peer, an all-reduce the payload itself), so
+    only the decode's arithmetic is timed. The counts
     alternate, after one untimed round (first allocations), so a slow spell of the host touches
     both. ``method`` is one no run uses (its memories take the random gradients). Also the
     bytes the stand-in payload gathered (the last encode's), to hold against the recorded."""
