@@ -98,6 +98,10 @@ def test_a_gathered_decode_is_scaled_by_the_methods_own_law_and_a_summed_one_is_
     # given the trace's shapes and the run's world, every bucket is timed when the codec is made, not in a step
     early = RecordedCodec(slow, {(3, 0): {**rec, "layout": 0}}, recorded_world=2, shapes={0: [[100]]}, world=8)
     assert list(early._peer_scales) == [(0, 8, 1000, 6)]
+    # the stand-in's bytes are every round's: TernGrad gathers its 4-byte scale first, its packed codes
+    # next (1000 two-bit codes in int32 words: 252 bytes)
+    _, tern = decode_times(create("terngrad", {}), Bucket(key=0, shapes=[torch.Size([1000])]), (2,))
+    assert tern == 4 + 252
     # variance's encode needs the batch's statistics, so there is nothing to time: one payload per peer
     variance = RecordedCodec(create("variance", {}), {}, scale=2.0, recorded_world=2)
     assert variance.decode_seconds(rec, bucket) == 2.0 * 0.01 / 2 * 8 / 2
@@ -167,3 +171,8 @@ def test_copies_beyond_the_recorded_ranks_send_what_their_rank_sent_at_other_ste
     mixed = _steps([100, 110, 120])
     mixed[1]["buckets"][0]["payloads"][0]["gather"][0][0] = "int64"
     assert borrowed(mixed, 1)[(0, 0)]["sent"] == 120
+    # nor one whose all-reduced tensor has another size (every rank must all-reduce the same)
+    sized = _steps([100, 110, 120])
+    for step, n in ((0, 4), (1, 5), (2, 4)):
+        sized[step]["buckets"][0]["payloads"][0]["reduce"] = [["float32", n]]
+    assert borrowed(sized, 1)[(0, 0)]["sent"] == 120

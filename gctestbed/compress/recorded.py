@@ -25,8 +25,9 @@ ratio of the method's own decode of that bucket with ``world`` peers' payloads t
 the recorded world's, timed on this host (``decode_times``); a bucket whose rounds only all-reduce
 (one summed payload) is not scaled. For a GPU trace that ratio is this CPU's, an estimate. A
 method whose encode needs the batch's statistics (variance, hybrid) has no payload to time without
-a batch: its decode is scaled by world / recorded world, one payload decoded per rank, an
-assumption.
+a batch, and a stand-in more than 2× from the recorded bytes (Strom's absolute τ on a random
+gradient sends nearly everything) times another decode than the trace's: their decode is scaled
+by world / recorded world, one payload decoded per rank, an assumption.
 A method that chooses how much to send (DGC's sampled threshold, Strom's τ) sends a different
 amount from each rank, and an all-gather pads every rank's payload to the largest: more ranks,
 a larger largest. So the copies beyond the recorded ranks do not all send their recorded rank's
@@ -162,7 +163,8 @@ def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> 
     only the decode's arithmetic is timed. The counts
     alternate, after one untimed round (first allocations), so a slow spell of the host touches
     both. ``method`` is one no run uses (its memories take the random gradients). Also the
-    bytes the stand-in payload gathered (the last encode's), to hold against the recorded."""
+    bytes the stand-in payload gathered over every round (the last encode's), to hold against the
+    recorded."""
     numel = sum(math.prod(s) for s in bucket.shapes)
     gen = seeded("decode-time", bucket.key)
     buffer = torch.empty(numel)
@@ -172,8 +174,9 @@ def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> 
             at = Bucket(key=bucket.key, shapes=bucket.shapes, step=bucket.step, rank=bucket.rank, world=n,
                         ids=bucket.ids)
             payload = method.encode(buffer.normal_(generator=gen), at)
-            gathered, spent = sum(t.numel() * t.element_size() for t in payload.gather), 0.0
+            gathered, spent = 0, 0.0
             while True:
+                gathered += sum(t.numel() * t.element_size() for t in payload.gather)
                 payload.gathered = [payload.gather] * n if payload.gather else None
                 t = now()
                 out = method.decompress(payload, at, numel, out=buffer)   # into the bucket, as the hook does
