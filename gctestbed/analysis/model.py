@@ -283,8 +283,8 @@ def _serial_deltas(r: Row, ph: Phases, comm_s: float) -> list[str]:
 
 def decode_slopes(rows: list[Row]) -> dict[tuple, float]:
     """Per (workload, batch size, method) of a gathering method measured at two or more node
-    counts: how much its decode grows per node (seconds), the slope
-    of a least-squares line through each node count's median decode (not below 0). How a decode
+    counts: how much its decode grows per node (seconds), the slope of the least-squares line
+    through each node count's median decode (not below 0). How a decode
     grows with the peers is the method's own: DGC adds each peer's few (index, value) pairs into
     one dense bucket and barely grows, the reference 2-bit unpacks each peer's codes into a whole
     bucket and grows about a bucket per peer; so it is read from the cells, not assumed."""
@@ -296,9 +296,8 @@ def decode_slopes(rows: list[Row]) -> dict[tuple, float]:
     for key, counts in by.items():
         if len(counts) < 2:
             continue
-        xs, ys = list(counts), [statistics.median(v) for v in counts.values()]
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        out[key] = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+        slope = statistics.linear_regression(list(counts), [statistics.median(v) for v in counts.values()]).slope
+        out[key] = max(0.0, slope)
     return out
 
 
