@@ -123,6 +123,15 @@ def test_decode_time_sees_that_dgc_barely_grows_with_the_peers_and_reference_two
         ratio[name] = t[8] / t[2]
     assert ratio["twobit"] > 2.5, ratio
     assert ratio["dgc"] < 0.6 * ratio["twobit"], ratio
+    # timed on a spare copy: the run's method keeps no memories of the random gradients (DGC's velocity
+    # and accumulation would be two models' worth held for the whole run). Planted: timing self.method
+    # itself -> its memories fill
+    rec = {**_record(numel=1024 * 1024, gather_calls=2, reduce_calls=0, reduce_bytes=0, gather_bytes=8 * 10486,
+                     decode_s=0.001, payloads=[{"gather": [["int32", 10486], ["float32", 10486]]}]), "layout": 0}
+    run_method = create("dgc", {"ratio": 0.01, "warmup_epochs": 0}, kernels="native")
+    codec = RecordedCodec(run_method, {(3, 0): rec}, recorded_world=2, shapes={0: [[1024, 1024]]}, world=8)
+    assert len(codec._peer_scales) == 1
+    assert not vars(run_method.velocity)["_flats"] and not vars(run_method.accumulated)["_flats"]
 
 
 def test_a_replay_says_how_far_behind_its_trace_the_host_handed_gradients_over():

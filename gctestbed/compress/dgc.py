@@ -9,7 +9,8 @@ many, ties to the lower index), never sorting the whole tensor; indices are sent
 order; the selected v are sent as int32 index + fp32 (or fp16)
 value, or, with ``packing=runlength``, as the paper's encode packs them (§3.1): each value with
 the 16-bit count of zeros before it, 6 bytes an element instead of 8, a run longer than 65,535
-cut by a zero-valued entry (``to_runs``); both v and u are zeroed where sent (momentum factor masking). Each parameter's local
+cut by a zero-valued entry (``to_runs``: this cut is gctestbed's, the paper does not say how it
+marks long runs); both v and u are zeroed where sent (momentum factor masking). Each parameter's local
 gradient is clipped to an L2 norm of ``clip_norm`` / sqrt(N) first (local gradient clipping;
 0 turns it off). Density
 warms up: 25 %, 6.25 %, 1.5625 %, 0.39 % over the first ``warmup_epochs`` epochs (75 %, 93.75 %,

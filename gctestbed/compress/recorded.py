@@ -38,6 +38,7 @@ times.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -127,15 +128,14 @@ class RecordedCodec(Compressor):
         decode with the recorded world's, timed once per bucket and payload size (a warm-up that
         changes the density changes it): when the codec is made where it has the trace's shapes,
         else at the bucket's first decode."""
-        rounds = rounds_of(record)
-        gathered = sum(n for r in rounds for _, n in r["gather"])
+        gathered = _gathered(record)
         if not gathered or not self.recorded_world or bucket.world == self.recorded_world:
             return 1.0
         if self.method.needs_own_loop():        # its encode needs the batch's statistics: nothing to time it on
             return bucket.world / self.recorded_world
         key = (bucket.key, bucket.world, record["numel"], gathered.bit_length())
         if key not in self._peer_scales:
-            t, stand_in = decode_times(self.method, bucket, (self.recorded_world, bucket.world))
+            t, stand_in = decode_times(_spare(self.method), bucket, (self.recorded_world, bucket.world))
             # a stand-in far from the recorded size (Strom's absolute τ on a random gradient sends nearly
             # everything) times another decode than the trace's: one payload decoded per rank, assumed
             recorded = record.get("gather_bytes") or 0
@@ -153,6 +153,13 @@ class RecordedCodec(Compressor):
 
     def decode(self, tensors, meta, bucket, numel):       # a replay's payload stands for the gradient it came with
         return meta["grad"]
+
+
+def _spare(method: Compressor) -> Compressor:
+    """A copy of ``method`` to time, sharing its native kernels: the random gradients fill the
+    copy's memories, which go when the timing ends, not the run's method's."""
+    ops = getattr(getattr(method, "inner", method), "ops", None)
+    return copy.deepcopy(method, {id(ops): ops} if ops is not None else {})
 
 
 def decode_times(method: Compressor, bucket: Bucket, peers: tuple[int, ...]) -> tuple[dict[int, float], int]:
