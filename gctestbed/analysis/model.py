@@ -289,9 +289,12 @@ def decode_slopes(rows: list[Row]) -> dict[tuple, float]:
     one dense bucket and barely grows, the reference 2-bit unpacks each peer's codes into a whole
     bucket and grows about a bucket per peer; so it is read from the cells, not assumed."""
     by: dict[tuple, dict[int, list[float]]] = {}
-    for r in rows:
-        if r.gather_calls and r.decode_s is not None and r.comm == "allreduce":
-            by.setdefault((r.workload, r.batch_size, r.compressor), {}).setdefault(r.nodes, []).append(r.decode_s)
+    coded = [r for r in rows if r.gather_calls and r.decode_s is not None and r.comm == "allreduce"]
+    serial = {(r.workload, r.batch_size, r.compressor) for r in coded if r.mode == "serial"}
+    for r in coded:                     # serial cells where a method has them, as ``phases`` reads its decode
+        key = (r.workload, r.batch_size, r.compressor)
+        if r.mode == "serial" or key not in serial:
+            by.setdefault(key, {}).setdefault(r.nodes, []).append(r.decode_s)
     out = {}
     for key, counts in by.items():
         if len(counts) < 2:

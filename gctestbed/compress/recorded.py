@@ -217,7 +217,8 @@ def borrowed(steps: list[dict[str, Any]], copy: int) -> dict[tuple[int, int], di
     from the ``copy``-th later step, cyclically, whose payload has the same form and gathers
     within a factor of 2 as many elements (a schedule's phase is not mixed where it changes the
     size more: DGC's warm-up quarters its density each epoch); its times stay the step's own. A
-    bucket with no such step keeps its own payload."""
+    bucket with no such step keeps its own payload, and where a phase has fewer such steps than
+    copies, copies repeat one another's, so the padding grows less than it would for real."""
     own = {(s["step"], b["bucket"]): b for s in steps for b in s["buckets"]}
     if copy == 0:
         return own

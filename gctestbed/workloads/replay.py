@@ -59,6 +59,11 @@ class ReplayOptions:
             raise ValueError(f"scale must be positive, got {self.scale}")
 
 
+def layouts_of(trace: dict, rank: int) -> dict[int, list]:
+    """The recorded rank r mod p's bucket layouts: index -> [(parameter name, shape), ...]."""
+    return {int(k): v for k, v in trace["layouts"][str(rank % len(trace["ranks"]))].items()}
+
+
 def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[dict[str, float]], dict[str, int]]:
     """For rank ``rank`` mod the recorded ranks: the recorded parameters in the model's order; per
     recorded step, each parameter's ready time (its bucket's, from the step's first forward); and
@@ -67,7 +72,7 @@ def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[
     over in that order in step 0, they make DDP rebuild the recorded buckets."""
     mine = rank % len(trace["ranks"])
     steps = trace["ranks"][mine]["steps"]
-    layouts = {int(k): v for k, v in trace["layouts"][str(mine)].items()}
+    layouts = layouts_of(trace, rank)
     ready = []
     for s in steps:
         at: dict[str, float] = {}
@@ -241,7 +246,6 @@ def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
     if o.codec != "recorded":
         return None
     p = len(trace["ranks"])
-    layouts = trace["layouts"][str(rank % p)]
     return {"buckets": borrowed(trace["ranks"][rank % p]["steps"], rank // p), "scale": o.scale,
             "spin": o.compute == "spin", "recorded_world": p,
-            "shapes": {int(k): [shape for _, shape in v] for k, v in layouts.items()}}
+            "shapes": {k: [shape for _, shape in v] for k, v in layouts_of(trace, rank).items()}}
