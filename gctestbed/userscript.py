@@ -23,7 +23,7 @@ from .compress import hook
 from .results import Recorder
 from .spec import RunSpec
 from .timing import now
-from .worker import nic_bytes, param_digest
+from .worker import ByteWindow, param_digest
 
 SPEC_ENV = "GCTESTBED_SPEC"
 
@@ -35,26 +35,24 @@ class StepRecorder:
         self.model, self.spec, self.comm, self.ifname = model, spec, comm, ifname
         self.rank = comm.rank
         self.recorder = Recorder(spec.results_dir, spec.run_id)
-        self.step, self.started, self.counters = -1, None, None
+        self.step, self.started, self.window = -1, None, None
         model.register_forward_pre_hook(self._forward)
         atexit.register(self.close)
 
     def _forward(self, module, inputs) -> None:
-        ended = self._record()
+        self._record()
         self.step += 1
-        # the bytes' window starts where the last one ended, so a tail that drains while the step is
-        # stored lands in this step, not nowhere
-        self.started, self.counters = now(), ended or nic_bytes(self.ifname)
+        self.started = now()
+        self.window = self.window or ByteWindow(self.ifname)     # the first step's opens at its forward
 
-    def _record(self) -> tuple[int, int] | None:
-        """Store the step begun at the last forward; the counters it ended at."""
+    def _record(self) -> None:
+        """Store the step begun at the last forward."""
         if self.started is None:
-            return None
-        tx, rx = nic_bytes(self.ifname)
-        self.recorder.step(self.rank, self.step, step_s=now() - self.started, tx_bytes=tx - self.counters[0],
-                           rx_bytes=rx - self.counters[1], **self.comm.take_step_stats())
+            return
+        tx, rx = self.window.take()
+        self.recorder.step(self.rank, self.step, step_s=now() - self.started, tx_bytes=tx, rx_bytes=rx,
+                           **self.comm.take_step_stats())
         self.started = None
-        return tx, rx
 
     def close(self) -> None:
         if self.recorder is None:

@@ -43,6 +43,22 @@ def nic_bytes(ifname: str) -> tuple[int, int]:
     return c.bytes_sent, c.bytes_recv
 
 
+class ByteWindow:
+    """The interface's bytes (sent, received) since the last take. Each window starts where the last
+    one ended, so a tail that drains between two steps (the store's write, an evaluation) lands in
+    the next step's window, not nowhere; the first starts when the window is made, after the model
+    was wrapped (DDP's first broadcast of the parameters is in no step)."""
+
+    def __init__(self, ifname: str):
+        self.ifname, self.last = ifname, nic_bytes(ifname)
+
+    def take(self) -> tuple[int, int]:
+        tx, rx = nic_bytes(self.ifname)
+        sent, received = tx - self.last[0], rx - self.last[1]
+        self.last = tx, rx
+        return sent, received
+
+
 def param_digest(model: torch.nn.Module) -> str:
     """SHA-256 of every parameter's bytes: equal digests mean bit-identical replicas."""
     h = hashlib.sha256()
@@ -122,6 +138,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         device = torch.device("cuda", int(os.environ.get("GCTESTBED_CUDA_DEVICE", rank % torch.cuda.device_count())))
         torch.cuda.set_device(device)
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
+                broadcast_buffers=work.broadcast_buffers,
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.for_run(spec)
     if work.codec:                               # a replay's recorded payloads stand in for the method's
@@ -136,8 +153,8 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
     if work.optimizer:                           # a replay's recorded optimizer times stand in for the update
         optimizer = work.optimizer(optimizer)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)   # GPU work ends before a lap
-    tx, rx = nic_bytes(ifname)      # each step's window starts where the last one ended: a tail that drains
-    for step in range(spec.steps):  # between two steps (the store's write, an evaluation) lands in the next
+    window = ByteWindow(ifname)
+    for step in range(spec.steps):
         x, y = (t.to(device, non_blocking=True) for t in next(work.batches))
         laps = Laps()
         try:
@@ -170,11 +187,10 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         if averaging is not None:        # local SGD, DiLoCo: the model averaged now and then
             for key, value in averaging.after_step(step).items():
                 stats[key] = stats.get(key, 0) + value
-        tx2, rx2 = nic_bytes(ifname)
+        tx, rx = window.take()
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
-                      compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx2 - tx, rx_bytes=rx2 - rx,
+                      compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx, rx_bytes=rx,
                       **stats)
-        tx, rx = tx2, rx2
         if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
             evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)
     if spec.servers:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import alexnet, cnn, lstm, mlp, replay, resnet, transformer, vgg
+from . import alexnet, cnn, images, lstm, mlp, replay, resnet, transformer, vgg
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Workload:
     step_stats: Callable[[], dict[str, float]] | None = None
     # a replay's recorded optimizer (optim=recorded): given the real optimizer, what the worker steps instead
     optimizer: Callable[[Any], Any] | None = None
+    # DDP's broadcast_buffers: False where the workload's buffers=local (each rank keeps its own statistics)
+    broadcast_buffers: bool = True
 
 
 _BUILDERS = {"mlp": (mlp.MLPOptions, mlp.build), "cnn": (cnn.CNNOptions, cnn.build),
@@ -102,7 +104,9 @@ def build(name: str, options: dict[str, Any], seed: int, rank: int, batch_size: 
         return work
     if name in _BUILDERS:
         cls, builder = _BUILDERS[name]
-        return Workload(*builder(cls(**options), seed, rank, batch_size))
+        made = builder(cls(**options), seed, rank, batch_size)
+        # a replay's builder says itself whether the recorded run sent its buffers
+        return Workload(*made) if name == "replay" else Workload(*made, broadcast_buffers=images.broadcasts(options))
     made = user_function(name)(rank=rank, world=world, batch_size=batch_size, seed=seed)
     if not isinstance(made, tuple) or len(made) not in (3, 4) or not isinstance(made[0], torch.nn.Module):
         raise ValueError(f"workload '{name}' must return (model, batches, loss_fn[, evaluate]) with an nn.Module first")

@@ -19,6 +19,7 @@ from torch import nn
 
 DATA = ("synthetic", "digits")
 DIGITS_CLASSES = 10
+BUFFERS = ("broadcast", "local")
 
 
 @dataclass
@@ -30,6 +31,10 @@ class VisionOptions:
     classes: int = 1000
     data: str = "synthetic"  # synthetic | digits (scikit-learn's bundled images, 10 classes)
     noise: float = 0.5       # synthetic: noise added to the class template
+    # broadcast: DDP sends rank 0's buffers (batch norm's running statistics) before every forward, its
+    # default; local: each rank keeps its own (DDP's broadcast_buffers=False), so only gradients cross the
+    # wire. Change it to measure a ratio of gradients alone, or a job that trains so.
+    buffers: str = "broadcast"
 
     min_image = 32           # a class attribute, not an option: the smallest input the network's pooling takes
 
@@ -46,10 +51,18 @@ class VisionOptions:
             raise ValueError(f"data=digits has {DIGITS_CLASSES} classes: classes must be at least {DIGITS_CLASSES}")
         if not 0 <= self.noise <= 10:
             raise ValueError(f"noise must be 0..10, got {self.noise}")
+        if self.buffers not in BUFFERS:
+            raise ValueError(f"buffers must be one of {', '.join(BUFFERS)}, got {self.buffers!r}")
 
     def width(self, n: int) -> int:
         """Layer width ``n`` of the full-size network, scaled."""
         return max(1, round(n * self.scale))
+
+
+def broadcasts(options: dict) -> bool:
+    """Whether DDP sends rank 0's buffers before every forward for a workload with these options
+    (buffers=broadcast, the default, or a workload without the option)."""
+    return options.get("buffers", "broadcast") == "broadcast"
 
 
 def _templates(o: VisionOptions, seed: int) -> torch.Tensor:

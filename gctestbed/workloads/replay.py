@@ -23,6 +23,7 @@ import torch
 from ..compress.recorded import borrowed
 from ..timing import Waiter, now
 from ..tracefile import load
+from . import images
 
 COMPUTES = ("sleep", "spin")
 CODECS = ("real", "recorded")
@@ -208,7 +209,7 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
         return {"loss": None, "accuracy": None}
 
     return (model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats,
-            recorded_optimizer(trace, rank, o))
+            recorded_optimizer(trace, rank, o), images.broadcasts(trace["job"]["workload_options"]))
 
 
 class RecordedOptimizer:
