@@ -27,14 +27,16 @@ def picture(claim: dict, path: str) -> str:
     fig, axes = plt.subplots(len(parts), 1, figsize=(7, 1.3 * len(parts) + 0.6), squeeze=False)
     for ax, p in zip(axes[:, 0], parts):
         region = p["region"]
-        values = [v for v in (p["low"], p["high"], *[x for x in region if x is not None]) if v is not None]
+        # an interval with no end (one run: none to give) is drawn to the picture's edge
+        values = [v for v in (p["value"], p["low"], p["high"], *region) if v is not None and math.isfinite(v)]
         lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
         pad = (hi - lo) * 0.25 or 1.0
         lo, hi = lo - pad, hi + pad
         ax.axvspan(region[0] if region[0] is not None else lo, region[1] if region[1] is not None else hi,
                    color="#d8ecd8", label="holds")
         if p["value"] is not None:
-            ax.errorbar([p["value"]], [0], xerr=[[p["value"] - p["low"]], [p["high"] - p["value"]]], fmt="o",
+            low, high = max(p["low"], lo), min(p["high"], hi)
+            ax.errorbar([p["value"]], [0], xerr=[[p["value"] - low], [high - p["value"]]], fmt="o",
                         color=COLOURS[p["verdict"]], capsize=4)
         else:
             ax.text(0.5, 0.5, "not measured: " + p["why"][:90], transform=ax.transAxes, ha="center", fontsize=7)
