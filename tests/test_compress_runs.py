@@ -58,9 +58,11 @@ def _losses(results_dir) -> list[tuple[int, int, float]]:
 
 
 @pytest.mark.compiler
-@pytest.mark.parametrize("method", ["twobit", "threshold", "dgc", "signsgd"])
+@pytest.mark.parametrize("method", ["twobit", "dgc"])
 def test_native_and_torch_kernels_train_identically(tmp_path, state_dir, method):
-    """The native kernels are bit-exact with the reference: a real run's every loss is the same."""
+    """The native kernels are bit-exact with the reference: a real run's every loss is the same.
+    Two methods that carry memories across steps run end to end; every method's kernels are held
+    to the reference tensor by tensor in tests/test_kernels.py."""
     losses = {}
     for mode in ("torch", "native"):
         proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--no-calibrate", "--workload", MODEL,

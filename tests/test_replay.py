@@ -140,9 +140,10 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
         mine = [statistics.median(replayed[(rank, s, q)][0] for r, s, q in replayed if r == rank and s >= 2 and q == slot)
                 for slot in slots]
         spread = max(recorded) - min(recorded)
-        # four nodes on two cores fall behind the recorded times (CI: the last bucket 6.3 ms late in a
-        # spread of 15.5 ms), so the bound here is looser than on the recorded node count
-        assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.5 * spread, (rank, mine, recorded)
+        # four nodes on two cores fall behind the recorded times (the last bucket 6.3 ms late in a spread
+        # of 15.5 ms in one CI run, 8.1 of 15.9 in a full run on 26 November), so the bound here is looser
+        # than on the recorded node count; a release at backward's end is off by the whole spread
+        assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.75 * spread, (rank, mine, recorded)
         # the recorded payloads, step by step (as a set per step: on 2 cores four nodes may hand two
         # buckets ready together to the hook in the other order, which renumbers them; seen once in CI)
         for step in {s for r, s, _ in replayed if r == rank}:
@@ -265,7 +266,10 @@ def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_p
     slots = sorted({q for r, s, q in real if r == 1 and s >= 2})
     recorded = [statistics.median(real[(1, s, q)][0] for r, s, q in real if r == 1 and s >= 2 and q == slot) for slot in slots]
     mine = [statistics.median(replayed[(1, s, q)][0] for r, s, q in replayed if r == 1 and s >= 2 and q == slot) for slot in slots]
-    assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.2 * (max(recorded) - min(recorded)), (mine, recorded)
+    # rank 0's real compute takes one of the host's two cores from the replaying rank, which then falls
+    # behind (measured in full runs on 26 November: 4.4 and 3.8 ms, 0.28 and 0.25 of the spread); half
+    # the spread still fails a release at backward's end or at its start (off by the whole spread)
+    assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.5 * (max(recorded) - min(recorded)), (mine, recorded)
 
 
 @pytest.mark.root
