@@ -257,3 +257,21 @@ def test_a_trace_that_cannot_be_written_is_refused_in_one_sentence_and_leaves_no
     with pytest.raises(UserError, match="cannot write trace"):
         tracefile.save(tracefile.load(path), str(tmp_path / "ro" / "t.json"))
     assert sorted(p.name for p in (tmp_path / "ro").iterdir()) == ["t.json"]   # no partial file left behind
+
+
+def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
+    """buffers=local (DDP's broadcast_buffers=False) in the recorded job's workload options: the
+    replay's DDP must not broadcast either, or a replay of such a job sends bytes the job did not
+    (ResNet-50: 212 kB a step). The real run's side is held to its wire in
+    tests/test_claims.py's end-to-end g run."""
+    from gctestbed import flags, workloads
+    path = tmp_path / "t.json"
+    trace = tracefile.load(_tiny_trace(path))
+    for options, sends in (({}, True), ({"buffers": "broadcast"}, True), ({"buffers": "local"}, False)):
+        trace["job"]["workload_options"] = options
+        tracefile.save(trace, str(path))
+        replay = flags.build_spec(replay=str(path), steps="2").workload_options
+        assert workloads.build("replay", replay, seed=0, rank=0, batch_size=16).broadcast_buffers is sends, options
+    assert workloads.build("cnn", {}, seed=0, rank=0, batch_size=4).broadcast_buffers is True
+    assert workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "buffers": "local"}, seed=0, rank=0,
+                           batch_size=4).broadcast_buffers is False
