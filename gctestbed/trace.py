@@ -95,6 +95,8 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         "parameters": first,
         # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
         "buffers": [] if host_time else _buffers(spec),
+        # whether it did (a workload's buffers=local: not), so a replay of this trace does as it did
+        "broadcast_buffers": _sends_buffers(spec),
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
@@ -120,6 +122,16 @@ def describe(trace: dict[str, Any]) -> dict[str, Any]:
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _sends_buffers(spec: RunSpec) -> bool:
+    """Whether the run's DDP broadcast its buffers: a replay did as its own trace's run did."""
+    if spec.workload == "replay":
+        try:
+            return workloads.replay.sends_buffers(load_trace(spec.workload_options["trace"]))
+        except UserError:
+            return True
+    return workloads.images.broadcasts(spec.workload_options)
 
 
 def _buffers(spec: RunSpec) -> list[list]:

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import faulthandler
 import hashlib
+import inspect
 import os
 import re
 import resource
@@ -41,6 +42,14 @@ def nic_bytes(ifname: str) -> tuple[int, int]:
     these counters prove the traffic crossed the shaped link."""
     c = psutil.net_io_counters(pernic=True)[ifname]
     return c.bytes_sent, c.bytes_recv
+
+
+def local_buffers() -> dict[str, bool]:
+    """DDP's option that keeps each rank's buffers its own, not sent from rank 0 before every
+    forward: forward_sync_buffers where this torch has it (it deprecates broadcast_buffers, with a
+    warning however it is set), else broadcast_buffers."""
+    new = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+    return {"forward_sync_buffers" if new else "broadcast_buffers": False}
 
 
 class ByteWindow:
@@ -138,7 +147,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         device = torch.device("cuda", int(os.environ.get("GCTESTBED_CUDA_DEVICE", rank % torch.cuda.device_count())))
         torch.cuda.set_device(device)
     model = DDP(work.model.to(device), bucket_cap_mb=spec.bucket_cap_mb, gradient_as_bucket_view=serial,
-                broadcast_buffers=work.broadcast_buffers,
+                **({} if work.broadcast_buffers else local_buffers()),
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.for_run(spec)
     if work.codec:                               # a replay's recorded payloads stand in for the method's

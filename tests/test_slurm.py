@@ -135,7 +135,7 @@ def test_a_sweep_on_slurm_runs_each_cell_as_a_step_on_the_hosts_and_lands_in_its
     allocation back; the same command then finishes the sweep, and a third runs nothing."""
     store = tmp_path / "results"
     args = [sys.executable, "-m", "gctestbed.cli", "sweep", "--launcher", "slurm", "--nodes", "2", "--bw", "50mbit,200mbit",
-            "--compressor", "none", "--workload", "mlp:width=256,depth=2,input_dim=64", "--batch-size", "16",
+            "--compressor", "fp16", "--workload", "mlp:width=256,depth=2,input_dim=64", "--batch-size", "16",
             "--steps", "3", "--calibrate", "all", "--results", str(store)]
     with slurm_cluster(2, tmp_path / "slurm") as (name, head_ns, env):
         hosts_ns = [n["netns"] for n in find(name).meta["nodes"][1:]]

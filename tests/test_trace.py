@@ -260,7 +260,7 @@ def test_a_trace_that_cannot_be_written_is_refused_in_one_sentence_and_leaves_no
 
 
 def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
-    """buffers=local (DDP's broadcast_buffers=False) in the recorded job's workload options: the
+    """buffers=local (DDP's forward_sync_buffers=False) in the recorded job's workload options: the
     replay's DDP must not broadcast either, or a replay of such a job sends bytes the job did not
     (ResNet-50: 212 kB a step). The real run's side is held to its wire in
     tests/test_claims.py's end-to-end g run."""
@@ -272,6 +272,15 @@ def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
         tracefile.save(trace, str(path))
         replay = flags.build_spec(replay=str(path), steps="2").workload_options
         assert workloads.build("replay", replay, seed=0, rank=0, batch_size=16).broadcast_buffers is sends, options
+    # a trace of that replay: its job is the replay (no buffers option); the trace itself says so, and
+    # its own replay does not broadcast either (planted: read from the job's options -> it does)
+    from gctestbed import trace as tracing
+    spec = flags.build_spec(replay=str(path), steps="2")
+    assert tracing._sends_buffers(spec) is False
+    trace.update({"broadcast_buffers": False, "job": {**trace["job"], "workload": "replay", "workload_options": {}}})
+    tracefile.save(trace, str(path))
+    replay = flags.build_spec(replay=str(path), steps="2").workload_options
+    assert workloads.build("replay", replay, seed=0, rank=0, batch_size=16).broadcast_buffers is False
     assert workloads.build("cnn", {}, seed=0, rank=0, batch_size=4).broadcast_buffers is True
     assert workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "buffers": "local"}, seed=0, rank=0,
                            batch_size=4).broadcast_buffers is False

@@ -28,6 +28,9 @@ class Context:
 
     fill: Callable[[str], str]
     baseline: str = "none"
+    # which bytes a byte ratio counts: wire (the interface counters) or payload (the methods' own
+    # accounting, believed only near the wire's: figures.compression); judge reads both
+    count: str = "wire"
 
     def role(self, name: str) -> str:
         return self.fill("{" + name + "}")
@@ -85,7 +88,7 @@ def _acc(method: str) -> Figure:
 
 
 def _bytes(method: str, workload: str | None = None) -> Figure:
-    return lambda rows, ctx: F.compression(rows, ctx.fill(method), "none",
+    return lambda rows, ctx: F.compression(rows, ctx.fill(method), "none", count=ctx.count,
                                            **({"workload": ctx.role(workload)} if workload else {}))
 
 
@@ -144,14 +147,16 @@ def _still_beat_fp16(rows, ctx):
 
 
 def _rises(*methods: str) -> Figure:
-    """The smallest step-to-step growth of the byte ratio along ``methods`` (each over the one before)."""
+    """The smallest step-to-step growth of the byte ratio along ``methods`` (each over the one
+    before), with the interval of a minimum: [the smallest low, the smallest high]."""
     def figure(rows, ctx):
         ratios = [_bytes(m)(rows, ctx) for m in methods]
         steps = [F.ratio_of(b, a) for a, b in zip(ratios, ratios[1:])]
         known = [x for x in steps if x.value is not None]
         if len(known) < len(steps):
             return Measure.missing(next(x.why for x in steps if x.value is None))
-        return min(known, key=lambda x: x.value)
+        least = min(known, key=lambda x: x.value)
+        return dataclasses.replace(least, low=min(x.low for x in known), high=min(x.high for x in known))
     return figure
 
 

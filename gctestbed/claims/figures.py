@@ -1,14 +1,16 @@
 """The figures claims are judged on, each from a store's rows (analysis.cells) with its interval.
 
 Speed figures come from step times (the slowest rank's, as everywhere); bytes from the kernel's
-interface counters, not from gctestbed's own payload accounting, so a method that miscounts its
-payload cannot pass a compression claim; accuracy from the held-out evaluation. Intervals: over
+interface counters, so a method that miscounts its payload cannot pass a compression claim, and,
+read beside them by the judge, from the methods' payload accounting where it is believed (the
+sources count gradient bytes, without the wire's headers); accuracy from the held-out
+evaluation. Intervals: over
 independent repeats paired by seed where a cell has them (Student's t on the paired differences,
 or on the log ratios of speedups and byte ratios); the range across repeats that do not pair; with
 one run per cell, from inside the runs: the interquartile range of the step times, and the
 binomial standard error of an accuracy on its n held-out samples. A byte ratio of one run a side
-has no interval (unbounded, so no verdict rests on it): the store keeps a run's bytes per step as
-one figure, with no spread to show.
+has no interval (unbounded, so no verdict rests on it): a Row keeps a run's bytes per step as one
+figure, with no spread to show.
 """
 
 from __future__ import annotations
@@ -213,34 +215,44 @@ def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Me
                            "runs": [len(tm), len(tb)], "interval": "range over runs", **where})
 
 
-def compression(rows: list[Row], method: str, baseline: str = "none", **where) -> Measure:
-    """Bytes a node sent per step with the baseline over bytes with the method, by the interface
-    counters, so a method that miscounts its payload cannot pass on its own accounting. The
-    sources count gradient bytes, the interface TCP/IP's headers and the collectives' framing as
-    well, which weigh more on small payloads: the interval is widened to reach the payloads' own
-    ratio, so no verdict rests on which of the two is counted."""
+BELIEVED = 0.9      # a payload count under 90 % of what the interface sent is not believed (headers and the
+                    # collectives' framing measured 0.2-4.8 % of the wire on the dgc-bytes runs, 26 November 2026)
+
+
+def compression(rows: list[Row], method: str, baseline: str = "none", count: str = "wire", **where) -> Measure:
+    """Bytes a node sent per step with the baseline over bytes with the method. ``count="wire"``:
+    the interface counters, which no method's accounting can flatter. ``count="payload"``: the
+    methods' own payload bytes, the gradient bytes the sources count (the wire adds TCP/IP's
+    headers and the collectives' framing, which weigh more on small payloads); believed only where
+    every run's payload is at least BELIEVED of its wire bytes, else the wire's figure stands.
+    The judge reads a byte claim under both counts and lets neither decide alone."""
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
     wm, wb = [r.wire_bytes for r in m if r.wire_bytes], [r.wire_bytes for r in b if r.wire_bytes]
     if not wm or not wb:
         return Measure.missing(f"no interface counters of {method if not wm else baseline} with {_where(where)}")
     pm, pb = [r.payload_bytes for r in m if r.payload_bytes], [r.payload_bytes for r in b if r.payload_bytes]
     payload_ratio = statistics.median(pb) / statistics.median(pm) if pm and pb else None
-    detail = {"method": method, "wire_bytes_per_step": statistics.median(wm),
-              "baseline_wire_bytes_per_step": statistics.median(wb), "payload_ratio": payload_ratio}
-    if paired := paired_ratio(b, m, lambda r: r.wire_bytes):
-        measured = dataclasses.replace(paired, detail={**detail, **paired.detail, **where})
-    else:
-        # one run a side has no spread to show: its interval is unbounded, so no verdict rests on it
-        repeated = len(wm) > 1 or len(wb) > 1
-        low, high = (min(wb) / max(wm), max(wb) / min(wm)) if repeated else (0.0, math.inf)
-        measured = Measure(statistics.median(wb) / statistics.median(wm), low, high,
-                           detail={**detail, "interval": "range over repeats" if repeated else
-                                   "none: one run a side (repeat the experiment for one)", **where})
-    if payload_ratio is None or measured.low <= payload_ratio <= measured.high:
-        return measured
-    return dataclasses.replace(measured, low=min(measured.low, payload_ratio), high=max(measured.high, payload_ratio),
-                               detail={**measured.detail, "interval": measured.detail["interval"] +
-                                       ", widened to the payloads' own ratio"})
+    detail = {"method": method, "payload_ratio": payload_ratio, **where}
+    believed = all(r.payload_bytes and r.wire_bytes and r.payload_bytes >= BELIEVED * r.wire_bytes for r in m + b)
+    if count == "payload" and believed:
+        return _bytes_ratio(m, b, lambda r: r.payload_bytes, {**detail, "count": "payload"})
+    return _bytes_ratio(m, b, lambda r: r.wire_bytes,
+                        {**detail, "wire_bytes_per_step": statistics.median(wm), "baseline_wire_bytes_per_step":
+                         statistics.median(wb), "count": "wire" if count == "wire" else
+                         f"wire (the payloads, under {BELIEVED:.0%} of the wire somewhere, were not believed)"})
+
+
+def _bytes_ratio(m: list[Row], b: list[Row], value: Callable[[Row], float], detail: dict) -> Measure:
+    """The baseline's bytes over the method's: paired by seed, else the range over repeats; one run
+    a side has no spread to show, so its interval is unbounded and no verdict rests on it."""
+    if paired := paired_ratio(b, m, value):
+        return dataclasses.replace(paired, detail={**detail, **paired.detail})
+    vm, vb = [v for v in map(value, m) if v], [v for v in map(value, b) if v]
+    repeated = len(vm) > 1 or len(vb) > 1
+    low, high = (min(vb) / max(vm), max(vb) / min(vm)) if repeated else (0.0, math.inf)
+    return Measure(statistics.median(vb) / statistics.median(vm), low, high,
+                   detail={**detail, "interval": "range over repeats" if repeated else
+                           "none: one run a side (repeat the experiment for one)"})
 
 
 def share(measures: dict[str, Measure], holds: Callable[[float], bool]) -> Measure:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable
 
@@ -87,6 +88,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
+        verdict, why, m = _both_counts(part, rows, ctx, m, verdict, why)
         if margin(part) and exp.control and m.value is not None and m.detail.get("method") != exp.control:
             # (a part that measures the control itself is the control's own evidence, judged as it is)
             too_easy = control_too_easy(rows, exp.control, margin(part))
@@ -101,6 +103,22 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
             "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
+
+
+def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measure, verdict: str, why: str):
+    """A figure that reads bytes, judged again on the methods' payloads (catalog.Context.count):
+    the wire adds headers and framing the sources did not count, so a verdict stands only where
+    both counts give it; otherwise inconclusive, and the payloads' figure rides in the detail."""
+    alt = part.figure(rows, dataclasses.replace(ctx, count="payload"))
+    if alt.value is None or (alt.value, alt.low, alt.high) == (wire.value, wire.low, wire.high):
+        return verdict, why, wire
+    other = part.region.judge(alt)
+    detail = {**wire.detail, "payload_count": {"value": alt.value, "low": alt.low, "high": alt.high, "verdict": other}}
+    if other != verdict:
+        verdict, why = INCONCLUSIVE, (f"the interface counters say {verdict} ({wire.value:.3g} [{wire.low:.3g}, "
+                                      f"{wire.high:.3g}]) and the payloads alone {other} ({alt.value:.3g} [{alt.low:.3g}, "
+                                      f"{alt.high:.3g}]): the headers and framing the source did not count would decide it")
+    return verdict, why, dataclasses.replace(wire, detail=detail)
 
 
 def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None) -> list[dict]:

@@ -56,6 +56,16 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g}{unit if unit in ('x', '') else ' ' + unit}"
 
 
+def interval(part: dict) -> str:
+    """A part's interval as text: "no interval" where neither end is bounded (one run a side, one
+    repeat of a fit), an unbounded end as infinity."""
+    low, high, unit = part["low"], part["high"], part["unit"]
+    if high is None or low is None or (math.isinf(high) and (math.isinf(low) or (low == 0 and unit == "x"))):
+        return "no interval"
+    end = lambda x: ("-" if x < 0 else "") + "inf" if math.isinf(x) else fmt(x, unit)
+    return f"[{end(low)}, {end(high)}]"
+
+
 def to_json(report: dict) -> str:
     """The report as strict JSON: an interval with no end (one repeat of a fit gives none) is null,
     not the Infinity that only Python reads."""
@@ -104,7 +114,9 @@ def render_html(report: dict) -> str:
              "<p>" + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ". Intervals: Student's t over "
              "seeds, paired (on the differences of accuracies, on the log ratios of speedups and byte ratios); the "
              "range over repeats that do not pair; within one run, interquartile step times and the binomial error "
-             "of a held-out accuracy.</p>", "<p>" + html.escape(control_lines(report)) + "</p>"]
+             "of a held-out accuracy; none for a byte ratio of one run a side. Byte ratios are the interface "
+             "counters', judged again on the methods' payloads where those are believed (at least 90 % of the "
+             "wire): a verdict the two counts do not share is inconclusive.</p>", "<p>" + html.escape(control_lines(report)) + "</p>"]
     for c in report["claims"]:
         scale = "; ".join(f"{k}: {v}" for k, v in c["scale"].items())
         parts.append(f"<h2 id=\"claim-{c['id']}\">{html.escape(c['id'])}. <span style=\"color:{COLOURS[c['verdict']]}\">"
@@ -114,7 +126,7 @@ def render_html(report: dict) -> str:
                      f"<p><i>measured at: {html.escape(scale)}</i></p>"
                      + (f"<p>departures that do not gate the verdict: {html.escape(c['caveat'])}</p>" if c.get("caveat") else ""))
         rows = "".join(f"<tr><td>{html.escape(p['label'])}</td><td>{fmt(p['value'], p['unit'])}</td>"
-                       f"<td>[{fmt(p['low'], p['unit'])}, {fmt(p['high'], p['unit'])}]</td><td>{html.escape(p['holds_if'])}</td>"
+                       f"<td>{interval(p)}</td><td>{html.escape(p['holds_if'])}</td>"
                        f"<td>{p['verdict']}</td><td>{html.escape(p['why'])}</td></tr>" for p in c["parts"])
         parts.append("<table><tr><th>part</th><th>measured</th><th>interval</th><th>holds if</th><th>verdict</th>"
                      f"<th>note</th></tr>{rows}</table>")
@@ -145,8 +157,7 @@ def markdown(report: dict, heading: str) -> str:
                 "| part | value [interval] | n | verdict | would have disagreed | note |", "| --- | --- | --- | --- | --- | --- |"]
         for p in c["parts"]:
             n = (p.get("detail") or {}).get("n", "")
-            value = f"{fmt(p['value'], p['unit'])} [{fmt(p['low'], p['unit'])}, {fmt(p['high'], p['unit'])}]" \
-                if p["value"] is not None else "-"
+            value = f"{fmt(p['value'], p['unit'])} {interval(p)}" if p["value"] is not None else "-"
             cells = [p["label"], value, str(n), p["verdict"], p.get("disagrees_if", ""), p["why"] or ""]
             out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
         out.append("")

@@ -58,8 +58,8 @@ def _table(results: list[dict]) -> Table:
     for col in ("id", "verdict", "claim", "measured (interval)", "scale"):
         table.add_column(col)
     for c in results:
-        measured = "\n".join(f"{p['label']}: {page.fmt(p['value'], p['unit'])} [{page.fmt(p['low'], p['unit'])}, "
-                             f"{page.fmt(p['high'], p['unit'])}], holds if {p['holds_if']}: {p['verdict']}"
+        measured = "\n".join(f"{p['label']}: {page.fmt(p['value'], p['unit'])} {page.interval(p)}, "
+                             f"holds if {p['holds_if']}: {p['verdict']}"
                              + (f" ({p['why']})" if p["why"] else "") for p in c["parts"])
         table.add_row(c["id"], c["verdict"], escape(c["sentence"]), escape(measured),
                       ("toy scale; " if c["toy"] else "") + "; ".join(c["scale"].values()))

@@ -40,7 +40,7 @@ class Workload:
     step_stats: Callable[[], dict[str, float]] | None = None
     # a replay's recorded optimizer (optim=recorded): given the real optimizer, what the worker steps instead
     optimizer: Callable[[Any], Any] | None = None
-    # DDP's broadcast_buffers: False where the workload's buffers=local (each rank keeps its own statistics)
+    # whether DDP sends rank 0's buffers before every forward: not where buffers=local (worker.local_buffers)
     broadcast_buffers: bool = True
 
 

@@ -32,7 +32,7 @@ class VisionOptions:
     data: str = "synthetic"  # synthetic | digits (scikit-learn's bundled images, 10 classes)
     noise: float = 0.5       # synthetic: noise added to the class template
     # broadcast: DDP sends rank 0's buffers (batch norm's running statistics) before every forward, its
-    # default; local: each rank keeps its own (DDP's broadcast_buffers=False), so only gradients cross the
+    # default; local: each rank keeps its own (DDP's forward_sync_buffers=False), so only gradients cross the
     # wire. Change it to measure a ratio of gradients alone, or a job that trains so.
     buffers: str = "broadcast"
 

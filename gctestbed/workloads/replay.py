@@ -209,7 +209,13 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
         return {"loss": None, "accuracy": None}
 
     return (model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats,
-            recorded_optimizer(trace, rank, o), images.broadcasts(trace["job"]["workload_options"]))
+            recorded_optimizer(trace, rank, o), sends_buffers(trace))
+
+
+def sends_buffers(trace: dict) -> bool:
+    """Whether the recorded run's DDP sent rank 0's buffers before every forward (a trace of a
+    replay says so itself; older traces, by their job's workload options)."""
+    return trace.get("broadcast_buffers", images.broadcasts(trace["job"]["workload_options"]))
 
 
 class RecordedOptimizer:
