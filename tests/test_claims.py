@@ -242,36 +242,75 @@ def test_a_bytes_claim_holds_only_where_the_wire_and_the_believed_payloads_agree
     - wire 100,000 (34x), payload 11,333 (300x): an accounting that under-reports cannot turn a
       disagree into anything else: disagree;
     - wire 12,000 (283x), payload 11,000 (309x): both inside: agree;
-    - wire 13,000 (261.5x, disagree), payload 12,000 (283x, agree): inconclusive, the headers decide."""
+    - wire 13,000 (261.5x, disagree), payload 12,000 (283x, agree): inconclusive, the headers decide;
+    - wire 10,000 (340x), payload 20,000 (170x): more than the wire carried, not believed: agree."""
     cases = {"lies": (10_000, 3_400, AGREE), "hides": (100_000, 11_333, DISAGREE), "near": (12_000, 11_000, AGREE),
-             "edge": (13_000, 12_000, INCONCLUSIVE)}
+             "edge": (13_000, 12_000, INCONCLUSIVE), "inflates": (10_000, 20_000, AGREE)}   # 2x the wire: not believed
     for name, (tx, payload, want) in cases.items():
         part = judge_g(tmp_path / name, [tx, tx], dgc_payload=payload)["parts"][0]
         assert part["verdict"] == want, (name, part)
         assert part["value"] == pytest.approx(3_400_000 / tx)                 # the figure shown is the wire's
         assert part["detail"]["payload_ratio"] == pytest.approx(3_400_000 / payload)
-    edge = judge_g(tmp_path / "edge2", [13_000, 13_000], dgc_payload=12_000)["parts"][0]
-    assert edge["detail"]["payload_count"]["value"] == pytest.approx(3_400_000 / 12_000)
-    assert "the payloads alone agree" in edge["why"]
+        if name == "edge":
+            assert part["detail"]["payload_count"]["value"] == pytest.approx(3_400_000 / 12_000)
+            assert "the payloads alone agree" in part["why"]
 
 
-def test_a_composite_byte_figure_is_judged_on_each_count_whole_not_on_a_mix(tmp_path):
-    """Claim t's byte part (the byte ratio's smallest growth from alpha 1 to 1.5 to 2): on the wire
-    none's 1,000,000 bytes over 10,000 / 9,500 / 9,000 give 100, 105.3, 111.1x (growths 1.053 and
-    1.056); on the payloads, 9,000 / 8,600 / 8,200 (each at least 90 % of its wire), 111.1, 116.3,
-    122.0x (growths 1.047 and 1.049): both at least 1, agree. Mixing one method's wire with another's
-    payload (105.3 / 111.1 = 0.947) would have made it inconclusive."""
+def judge_t(tmp_path, sizes: dict) -> dict:
+    """Claim t's byte part on a made-up store: none sends 1,000,000 bytes a step on both counts,
+    variance at alpha 1, 1.5 and 2 the (wire, payload) bytes given; two paired seeds that agree."""
     name, exp = EXPERIMENTS["accuracy-adam"].sweep_name(True), EXPERIMENTS["accuracy-adam"]
-    methods = {"none": (0.90, 1_000_000, None), exp.control: (0.50, 10, None), X.VARIANCE: (0.90, 10_000, 9_000),
-               X.VARIANCE_15: (0.90, 9_500, 8_600), X.VARIANCE_2: (0.90, 9_000, 8_200)}
+    methods = {"none": (0.90, 1_000_000, None), exp.control: (0.50, 10, None),
+               **{m: (0.90, *sizes[m]) for m in (X.VARIANCE, X.VARIANCE_15, X.VARIANCE_2)}}
     for method, (acc, tx, payload) in methods.items():
         for seed in (0, 1):
             cell(str(tmp_path), name, params_of("accuracy-adam", compressor=method), [0.1] * 3, acc, 1_000_000, tx=tx,
                  payload=payload, repeat=seed, seed=seed)
-    part = judge.judge(anywhere("t"), True, str(tmp_path))["parts"][0]
-    assert part["value"] == pytest.approx(10_000 / 9_500, rel=1e-6)
-    assert part["detail"]["payload_count"]["value"] == pytest.approx((1_000_000 / 8_600) / (1_000_000 / 9_000), rel=1e-6)
-    assert part["verdict"] == AGREE, part
+    return judge.judge(anywhere("t"), True, str(tmp_path))["parts"][0]
+
+
+def test_a_composite_byte_figure_is_judged_on_each_count_whole_not_on_a_mix(tmp_path):
+    """Claim t's byte part (the byte ratio's smallest growth from alpha 1 to 1.5 to 2). On the wire
+    none's 1,000,000 bytes over 10,000 / 9,500 / 9,000 give 100, 105.3, 111.1x (growths 1.053 and
+    1.056); on the payloads, 9,100 / 8,600 / 8,200 (each within 90-102 % of its wire), 109.9,
+    116.3, 122.0x (growths 1.058 and 1.049): both at least 1, agree. Mixing one method's wire with
+    another's payload (105.3 / 109.9 = 0.958) would have made it inconclusive. With alpha 1.5's
+    payload at 8,000 (under 90 % of 9,500: not believed) the payload reading is dropped for the
+    whole figure, not taken for the other two alone (which would give 0.958 and 1.159): the wire
+    judges alone, agree."""
+    whole = judge_t(tmp_path / "whole", {X.VARIANCE: (10_000, 9_100), X.VARIANCE_15: (9_500, 8_600),
+                                         X.VARIANCE_2: (9_000, 8_200)})
+    assert whole["value"] == pytest.approx(10_000 / 9_500, rel=1e-6)
+    assert whole["detail"]["payload_count"]["value"] == pytest.approx(8_600 / 8_200, rel=1e-6)
+    assert whole["verdict"] == AGREE, whole
+    partly = judge_t(tmp_path / "partly", {X.VARIANCE: (10_000, 9_100), X.VARIANCE_15: (9_500, 8_000),
+                                           X.VARIANCE_2: (9_000, 8_200)})
+    assert partly["verdict"] == AGREE and partly["detail"]["payload_count"].startswith("not read"), partly
+
+
+def test_the_smallest_growth_has_the_interval_of_a_minimum():
+    """Growths 1.25 [1.2, 1.3] and 1.5 [0.9, 2.1]: their minimum lies in [0.9, 1.3] (the smallest
+    low, the smallest high), across 1; the older rule kept the first one's [1.2, 1.3]."""
+    from gctestbed.claims import catalog as cat
+    fake = {"a": Measure(1.0, 1.0, 1.0), "b": Measure(1.25, 1.2, 1.3), "c": Measure(1.875, 1.08, 2.73)}
+    real_bytes, real_ratio = cat._bytes, cat.F.ratio_of
+    try:
+        cat._bytes = lambda m: (lambda rows, ctx: fake[m])
+        steps = iter([Measure(1.25, 1.2, 1.3), Measure(1.5, 0.9, 2.1)])
+        cat.F.ratio_of = lambda b, a: next(steps)
+        m = cat._rises("a", "b", "c")([], None)
+    finally:
+        cat._bytes, cat.F.ratio_of = real_bytes, real_ratio
+    assert (m.value, m.low, m.high) == (1.25, 0.9, 1.3)
+
+
+def test_an_interval_without_ends_reads_as_none():
+    from gctestbed.claims.page import interval
+    assert interval({"low": 0.0, "high": math.inf, "unit": "x"}) == "no interval"
+    assert interval({"low": -math.inf, "high": math.inf, "unit": "pt"}) == "no interval"
+    assert interval({"low": 0.0, "high": math.inf, "unit": "pt"}) == "[0 pt, inf]"
+    assert interval({"low": 5.0, "high": math.inf, "unit": "x"}) == "[5x, inf]"
+    assert interval({"low": -1.5, "high": 0.25, "unit": "pt"}) == "[-1.5 pt, 0.25 pt]"
 
 
 def test_claim_g_agrees_disagrees_or_is_inconclusive_by_the_bytes_its_runs_sent(tmp_path):

@@ -31,6 +31,7 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     assert rec.returncode == 0, rec.stderr
     data = tracefile.load(path)
     assert tracefile.load(str(tmp_path / "at-once.json")) == data        # run --record-trace: the same trace
+    assert data["broadcast_buffers"] is True                             # DDP's default, as the run built it
 
     model = workloads.build("mlp", {"width": 256, "depth": 2, "input_dim": 64}, seed=0, rank=0, batch_size=8, world=1).model
     assert data["parameters"] == [["module." + n, list(p.shape)] for n, p in model.named_parameters()]
@@ -277,6 +278,8 @@ def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
     from gctestbed import trace as tracing
     spec = flags.build_spec(replay=str(path), steps="2")
     assert tracing._sends_buffers(spec) is False
+    assert tracing._sends_buffers(flags.build_spec(workload="resnet18:scale=0.125,image=32,classes=10,buffers=local")) is False
+    assert tracing._sends_buffers(flags.build_spec(workload="resnet18:scale=0.125,image=32,classes=10")) is True
     trace.update({"broadcast_buffers": False, "job": {**trace["job"], "workload": "replay", "workload_options": {}}})
     tracefile.save(trace, str(path))
     replay = flags.build_spec(replay=str(path), steps="2").workload_options

@@ -136,6 +136,12 @@ def test_a_users_own_ddp_script_runs_unchanged_with_the_compressor(tmp_path, sta
     # every rank's steps are recorded, not only rank 0's
     conn = sqlite3.connect(tmp_path / "r" / "gctestbed.sqlite")
     assert conn.execute("SELECT COUNT(*) FROM steps WHERE rank=1").fetchone()[0] == 6
+    # each step's bytes are the kernel's counters over that step's window (worker.ByteWindow, opened at the
+    # first forward): on a ring of 2 every rank sends the fp16 payload once a step, plus headers; summed
+    # over steps 1-5, where a tail that drains after a step's last counter lands in the next
+    for rank in (0, 1):
+        (sent,) = conn.execute("SELECT SUM(tx_bytes) FROM steps WHERE rank=? AND step>=1", (rank,)).fetchone()
+        assert 0.98 * 5 * grads * 2 <= sent <= 1.2 * 5 * grads * 2, (rank, sent)
 
 
 def test_install_does_nothing_outside_gctestbed(monkeypatch):

@@ -108,10 +108,15 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
 def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measure, verdict: str, why: str):
     """A figure that reads bytes, judged again on the methods' payloads (catalog.Context.count):
     the wire adds headers and framing the sources did not count, so a verdict stands only where
-    both counts give it; otherwise inconclusive, and the payloads' figure rides in the detail."""
-    alt = part.figure(rows, dataclasses.replace(ctx, count="payload"))
-    if alt.value is None or (alt.value, alt.low, alt.high) == (wire.value, wire.low, wire.high):
-        return verdict, why, wire
+    both counts give it; otherwise inconclusive, and the payloads' figure rides in the detail.
+    Where the payloads are not believed anywhere in the figure, or give no figure, the wire
+    judges alone."""
+    try:
+        alt = part.figure(rows, dataclasses.replace(ctx, count="payload"))
+    except F.NotBelieved as e:        # somewhere in the figure: the wire judges alone
+        return verdict, why, dataclasses.replace(wire, detail={**wire.detail, "payload_count": f"not read: {e}"})
+    if wire.value is None or alt.value is None or (alt.value, alt.low, alt.high) == (wire.value, wire.low, wire.high):
+        return verdict, why, wire         # (a payload figure missing where the wire's is not: the wire judges alone)
     other = part.region.judge(alt)
     detail = {**wire.detail, "payload_count": {"value": alt.value, "low": alt.low, "high": alt.high, "verdict": other}}
     if other != verdict:

@@ -115,7 +115,7 @@ def render_html(report: dict) -> str:
              "seeds, paired (on the differences of accuracies, on the log ratios of speedups and byte ratios); the "
              "range over repeats that do not pair; within one run, interquartile step times and the binomial error "
              "of a held-out accuracy; none for a byte ratio of one run a side. Byte ratios are the interface "
-             "counters', judged again on the methods' payloads where those are believed (at least 90 % of the "
+             "counters', judged again on the methods' payloads where those are believed (90 % to 102 % of the "
              "wire): a verdict the two counts do not share is inconclusive.</p>", "<p>" + html.escape(control_lines(report)) + "</p>"]
     for c in report["claims"]:
         scale = "; ".join(f"{k}: {v}" for k, v in c["scale"].items())

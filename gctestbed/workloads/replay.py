@@ -215,7 +215,9 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
 def sends_buffers(trace: dict) -> bool:
     """Whether the recorded run's DDP sent rank 0's buffers before every forward (a trace of a
     replay says so itself; older traces, by their job's workload options)."""
-    return trace.get("broadcast_buffers", images.broadcasts(trace["job"]["workload_options"]))
+    if "broadcast_buffers" in trace:
+        return trace["broadcast_buffers"]
+    return images.broadcasts(trace["job"].get("workload_options") or {})
 
 
 class RecordedOptimizer:
