@@ -32,10 +32,12 @@ def _run(tmp_path, method, nodes):
 def test_method_on_three_nodes(tmp_path, state_dir, method):
     s = _run(tmp_path, method, 3)
     assert s["status"] == "ok" and s["params_identical"] is True and s["buckets_per_step"] >= 2
-    # over steps 1-3 together, not per-step medians: a step's last message may still be queued when
-    # its node reads the counters and is then counted in the next step (variance's payloads vary)
+    # over steps 2-3 together, not per-step medians: a step's last message may still be queued when
+    # its node reads the counters and is then counted in the next step (variance's payloads vary).
+    # Step 1 is left out too: it may take step 0's tail, and step 0 can be far larger (PowerSGD's is
+    # dense, 2.83 MB against 33 kB; a CI run on 26 November counted 0.9 % over the bound at step >= 1)
     conn = sqlite3.connect(tmp_path / "gctestbed.sqlite")
-    expected, wire, n = conn.execute("SELECT SUM(expected_tx_bytes), SUM(tx_bytes), COUNT(*) FROM steps WHERE step >= 1").fetchone()
+    expected, wire, n = conn.execute("SELECT SUM(expected_tx_bytes), SUM(tx_bytes), COUNT(*) FROM steps WHERE step >= 2").fetchone()
     conn.close()
     assert 0.98 * expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET * s["buckets_per_step"] * n, (expected, wire)
 
