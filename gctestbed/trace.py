@@ -51,6 +51,7 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
     spec = RunSpec.from_json(run["spec"])
+    replayed = _replayed(spec)          # a replay's own trace, read once
     if spec.dilate != 1 and not host_time:
         raise UserError(f"run {run['run_id']} was dilated x{spec.dilate:g}, so its recorded times are not its compute's: "
                         "trace the run whose compute it replayed.")
@@ -94,9 +95,9 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
         # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
-        "buffers": [] if host_time else _buffers(spec),
+        "buffers": [] if host_time else _buffers(spec, replayed),
         # whether it did (a workload's buffers=local: not), so a replay of this trace does as it did
-        "broadcast_buffers": _sends_buffers(spec),
+        "broadcast_buffers": _sends_buffers(spec, replayed),
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
@@ -124,25 +125,32 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _sends_buffers(spec: RunSpec) -> bool:
+def _replayed(spec: RunSpec) -> dict | None:
+    """A replay's own trace, read once for what this trace copies from it; None for other runs or
+    where it can no longer be read."""
+    if spec.workload != "replay":
+        return None
+    try:
+        return load_trace(spec.workload_options["trace"])
+    except UserError:
+        return None
+
+
+def _sends_buffers(spec: RunSpec, replayed: dict | None = None) -> bool:
     """Whether the run's DDP broadcast its buffers: a replay did as its own trace's run did."""
     if spec.workload == "replay":
-        try:
-            return workloads.replay.sends_buffers(load_trace(spec.workload_options["trace"]))
-        except UserError:
-            return True
+        replayed = replayed or _replayed(spec)
+        return workloads.replay.sends_buffers(replayed) if replayed else True
     return workloads.images.broadcasts(spec.workload_options)
 
 
-def _buffers(spec: RunSpec) -> list[list]:
+def _buffers(spec: RunSpec, replayed: dict | None = None) -> list[list]:
     """``[name, shape, dtype]`` of each buffer of the run's model, read from the model built again
     (a built-in workload; a replay's from its own trace); [] where it cannot be known (a user's
     own model, a trace without them)."""
     if spec.workload == "replay":
-        try:
-            return load_trace(spec.workload_options["trace"]).get("buffers", [])
-        except UserError:
-            return []
+        replayed = replayed or _replayed(spec)
+        return replayed.get("buffers", []) if replayed else []
     if spec.workload not in workloads.names():
         return []
     model = workloads.build(spec.workload, spec.workload_options, spec.seed, 0, spec.batch_size, spec.nodes).model
