@@ -47,17 +47,25 @@ def test_applied_configuration_is_read_back_from_the_kernel(ledger):
 def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
     """A namespace inherits the host's congestion control; a host set to BBR (these VMs are) gave the
     nodes BBR, which paces by its own clock and left dilated replays 12-16 % slow (docs/replay.md).
-    The host is set to reno here, so a node that kept the inherited one fails."""
-    key = "/proc/sys/net/ipv4/tcp_congestion_control"
-    with open(key) as f:
-        host = f.read().strip()
+    The host is set to reno here, so a node that kept the inherited one fails; and cubic is taken
+    off the host's allowed list (these VMs allowed only reno and bbr from 26 November 2026), where
+    a namespace may not take it as its default until the host allows it."""
+    keys = ["/proc/sys/net/ipv4/tcp_congestion_control", topology.ALLOWED_CC]
+    host = []
+    for key in keys:
+        with open(key) as f:
+            host.append(f.read().strip())
     try:
-        with open(key, "w") as f:
-            f.write("reno")
+        for key, value in zip(keys, ["reno", "reno"]):
+            with open(key, "w") as f:
+                f.write(value)
         net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=100_000_000)))
+        with open(topology.ALLOWED_CC) as f:
+            assert f.read().split() == ["reno", "cubic"]
     finally:
-        with open(key, "w") as f:
-            f.write(host)
+        for key, value in zip(keys, host):
+            with open(key, "w") as f:
+                f.write(value)
     probe = "import socket; s = socket.socket(); print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).strip(b'\\0').decode())"
     for node in net.nodes:
         # what a new socket in the node gets, as the kernel reports it

@@ -227,12 +227,35 @@ def _tune_tcp(network: Network, ns: str, limit: int) -> None:
     namespaces.write_sysctl(ns, "net/ipv4/tcp_wmem", f"4096 16384 {limit}")
     namespaces.write_sysctl(ns, "net/ipv4/tcp_rmem", f"4096 131072 {limit}")
     try:
-        namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
+        try:
+            namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
+        except PermissionError:
+            if not _allow_congestion_control(TCP_CONGESTION_CONTROL):
+                raise
+            namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
     except OSError as e:
         raise RuntimeError(f"this kernel cannot give the nodes TCP congestion control {TCP_CONGESTION_CONTROL} "
                            f"({e.strerror or e}): its module may be missing (modprobe tcp_{TCP_CONGESTION_CONTROL}), "
-                           "or the kernel may be older than 4.15, which sets it for every namespace at once.") from None
+                           "the host may not allow it (net.ipv4.tcp_allowed_congestion_control), or the kernel may "
+                           "be older than 4.15, which sets it for every namespace at once.") from None
     network.tcp_buffers[ns] = limit
+
+
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+
+def _allow_congestion_control(name: str) -> bool:
+    """Add ``name`` to the host's allowed congestion controls, True if it was missing. A namespace
+    other than the host's may only take an allowed one as its default, and a host whose own
+    default is BBR may allow only reno and bbr (these VMs since 26 November 2026). Allowing cubic
+    changes no socket's choice; it stays allowed after the run, as other hosts have it."""
+    with open(ALLOWED_CC) as f:
+        allowed = f.read().split()
+    if name in allowed:
+        return False
+    with open(ALLOWED_CC, "w") as f:
+        f.write(" ".join([*allowed, name]))
+    return True
 
 
 def _hops(topo: TopologySpec) -> list:
