@@ -256,6 +256,36 @@ def test_a_bytes_claim_holds_only_where_the_wire_and_the_believed_payloads_agree
             assert "the payloads alone agree" in part["why"]
 
 
+def _counting(claim: catalog.Claim, calls: list) -> catalog.Claim:
+    """The claim with every part's figure noting which count it was asked on."""
+    import dataclasses
+    def wrap(figure):
+        return lambda rows, ctx: (calls.append(ctx.count), figure(rows, ctx))[1]
+    return dataclasses.replace(claim, parts=[dataclasses.replace(p, figure=wrap(p.figure)) for p in claim.parts])
+
+
+def test_only_a_figure_that_read_bytes_is_judged_again_on_the_payloads(tmp_path, monkeypatch):
+    """A speed figure reads no bytes: judged once, on the wire alone. A byte figure (g) is read on
+    both counts, and so is one that reads bytes inside an accuracy figure (Strom's largest ratio
+    among the taus that keep accuracy), which no part's declared needs say."""
+    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
+    for method in ("none", "twobit:threshold=0.5"):
+        cell(str(tmp_path / "c"), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method), [0.1] * 12)
+    calls = []
+    c = judge.judge(_counting(anywhere("c"), calls), True, str(tmp_path / "c"))
+    assert calls == ["wire"] and "payload_count" not in c["parts"][0]["detail"], (calls, c["parts"][0])
+    judge_g(tmp_path / "g", [12_000, 12_000], dgc_payload=11_000)
+    calls.clear()
+    g = judge.judge(_counting(anywhere("g"), calls), True, str(tmp_path / "g"))
+    assert calls == ["wire", "payload"] * 2 and all("payload_count" in p["detail"] for p in g["parts"]), calls
+    from gctestbed.claims import figures
+    monkeypatch.setattr(figures, "accuracy_delta", lambda rows, m, base: Measure(-0.5, -0.8, -0.2))
+    monkeypatch.setattr(figures, "compression", lambda rows, m, base, count="wire", **kw: Measure(10.0, 9.0, 11.0))
+    kept, acc = catalog.Context(lambda t: t), catalog.Context(lambda t: t)
+    assert catalog._kept_compression(("a", "b"))([], kept).value == 10.0 and kept.counted
+    assert catalog._acc("a")([], acc).value == -0.5 and not acc.counted
+
+
 def judge_t(tmp_path, sizes: dict) -> dict:
     """Claim t's byte part on a made-up store: none sends 1,000,000 bytes a step on both counts,
     variance at alpha 1, 1.5 and 2 the (wire, payload) bytes given; two paired seeds that agree."""

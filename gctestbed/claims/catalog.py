@@ -9,7 +9,7 @@ means at most 1.2-1.3x, "as low as 1 %" means a loss of at most one point of acc
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..analysis.cells import Row
@@ -31,9 +31,16 @@ class Context:
     # which bytes a byte ratio counts: wire (the interface counters) or payload (the methods' own
     # accounting, believed only near the wire's: figures.compression); judge reads both
     count: str = "wire"
+    # set when a figure read bytes (bytes_count): only such a figure has a payload reading to judge
+    counted: bool = field(default=False, init=False, compare=False)
 
     def role(self, name: str) -> str:
         return self.fill("{" + name + "}")
+
+    def bytes_count(self) -> str:
+        """Which bytes to count, noting that the figure read bytes."""
+        self.counted = True
+        return self.count
 
 
 Figure = Callable[[list[Row], Context], Measure]
@@ -88,7 +95,7 @@ def _acc(method: str) -> Figure:
 
 
 def _bytes(method: str, workload: str | None = None) -> Figure:
-    return lambda rows, ctx: F.compression(rows, ctx.fill(method), "none", count=ctx.count,
+    return lambda rows, ctx: F.compression(rows, ctx.fill(method), "none", count=ctx.bytes_count(),
                                            **({"workload": ctx.role(workload)} if workload else {}))
 
 

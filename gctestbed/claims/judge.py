@@ -88,7 +88,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
-        verdict, why, m = _both_counts(part, rows, ctx, m, verdict, why)
+        if ctx.counted:          # (a figure that read no bytes reads the same on either count)
+            verdict, why, m = _both_counts(part, rows, ctx, m, verdict, why)
         if margin(part) and exp.control and m.value is not None and m.detail.get("method") != exp.control:
             # (a part that measures the control itself is the control's own evidence, judged as it is)
             too_easy = control_too_easy(rows, exp.control, margin(part))
@@ -115,7 +116,7 @@ def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measur
         alt = part.figure(rows, dataclasses.replace(ctx, count="payload"))
     except F.NotBelieved as e:        # somewhere in the figure: the wire judges alone
         return verdict, why, dataclasses.replace(wire, detail={**wire.detail, "payload_count": f"not read: {e}"})
-    if wire.value is None or alt.value is None or (alt.value, alt.low, alt.high) == (wire.value, wire.low, wire.high):
+    if wire.value is None or alt.value is None:
         return verdict, why, wire         # (a payload figure missing where the wire's is not: the wire judges alone)
     other = part.region.judge(alt)
     detail = {**wire.detail, "payload_count": {"value": alt.value, "low": alt.low, "high": alt.high, "verdict": other}}
