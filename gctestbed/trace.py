@@ -63,6 +63,7 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         raise UserError(f"run {run['run_id']} was stored before its buckets' ready times were recorded (schema 13): "
                         "run the job again with this gctestbed and trace that run.")
     layouts = results.layouts_of(conn, run["run_id"])
+    own = _buffer_record(conn, run["run_id"])
     by_step: dict[tuple[int, int], list[dict]] = {}
     for e in exchanges:
         by_step.setdefault((e["rank"], e["step"]), []).append(e)
@@ -95,9 +96,9 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
         # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
-        "buffers": [] if host_time else _buffers(spec, replayed),
+        "buffers": own["buffers"] if own else [] if host_time else _buffers(spec, replayed),
         # whether it did (a workload's buffers=local: not), so a replay of this trace does as it did
-        "broadcast_buffers": _sends_buffers(spec, replayed),
+        "broadcast_buffers": own["broadcast"] if own else _sends_buffers(spec, replayed),
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
@@ -134,6 +135,13 @@ def _replayed(spec: RunSpec) -> dict | None:
         return load_trace(spec.workload_options["trace"])
     except UserError:
         return None
+
+
+def _buffer_record(conn: sqlite3.Connection, run_id: str) -> dict | None:
+    """What the first worker recorded of its model's buffers and DDP's broadcast of them (the
+    wrapped model's own, a user's included); None for a run stored before schema 17."""
+    rows = [r for r in results.node_rows(conn, run_id) if r["buffers"]]
+    return json.loads(rows[0]["buffers"]) if rows else None
 
 
 def _sends_buffers(spec: RunSpec, replayed: dict | None = None) -> bool:

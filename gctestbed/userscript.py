@@ -23,7 +23,7 @@ from .compress import hook
 from .results import Recorder
 from .spec import RunSpec
 from .timing import now
-from .worker import ByteWindow, param_digest
+from .worker import ByteWindow, buffer_record, param_digest
 
 SPEC_ENV = "GCTESTBED_SPEC"
 
@@ -58,7 +58,7 @@ class StepRecorder:
         if self.recorder is None:
             return
         self._record()
-        self.recorder.node(self.rank, param_sha256=param_digest(self.model))
+        self.recorder.node(self.rank, param_sha256=param_digest(self.model), buffers=buffer_record(self.model))
         self.recorder.close()
         self.recorder = None
 

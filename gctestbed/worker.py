@@ -12,6 +12,7 @@ import copy
 import faulthandler
 import hashlib
 import inspect
+import json
 import os
 import re
 import resource
@@ -50,6 +51,15 @@ def local_buffers() -> dict[str, bool]:
     warning however it is set), else broadcast_buffers."""
     new = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
     return {"forward_sync_buffers" if new else "broadcast_buffers": False}
+
+
+def buffer_record(model: DDP) -> str:
+    """The model's buffers (``[name, shape, dtype]``) and whether DDP sent rank 0's before every
+    forward, as JSON for the node's row: what a trace of the run needs so a replay sends what it
+    sent, read from the wrapped model itself (a user's own model included)."""
+    sync = getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
+    buffers = [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.module.named_buffers()]
+    return json.dumps({"broadcast": bool(sync), "buffers": buffers})
 
 
 class ByteWindow:
@@ -206,7 +216,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         ps.goodbye(spec)
     metrics = evaluate(work, model.module.cpu(), torch.device("cpu"), recorder if rank == 0 else None, spec.steps)
     recorder.node(rank, param_sha256=param_digest(model), eval_loss=metrics["loss"], eval_accuracy=metrics["accuracy"],
-                  eval_samples=metrics.get("samples"))
+                  eval_samples=metrics.get("samples"), buffers=buffer_record(model))
     finish(spec, recorder, rank, world)
 
 

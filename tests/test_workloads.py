@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from gctestbed import workloads
+from gctestbed import results, trace as tracing, workloads
 from gctestbed.workloads import text
 from helpers import SMALL, gctestbed, leftovers, show
 
@@ -105,7 +105,8 @@ TRAIN_SCRIPT = textwrap.dedent('''
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4)))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.BatchNorm1d(512, affine=False), torch.nn.ReLU(),
+                                    torch.nn.Linear(512, 4)), forward_sync_buffers=False)
     gctestbed.install(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(dist.get_rank())
@@ -142,6 +143,11 @@ def test_a_users_own_ddp_script_runs_unchanged_with_the_compressor(tmp_path, sta
     for rank in (0, 1):
         (sent,) = conn.execute("SELECT SUM(tx_bytes) FROM steps WHERE rank=? AND step>=1", (rank,)).fetchone()
         assert 0.98 * 5 * grads * 2 <= sent <= 1.2 * 5 * grads * 2, (rank, sent)
+    # its trace knows the script's own model: batch norm's buffers, kept local as the script asked of DDP
+    trace = tracing.extract(results.connect(str(tmp_path / "r")), s["run_id"])
+    assert trace["broadcast_buffers"] is False
+    assert trace["buffers"] == [["1.running_mean", [512], "float32"], ["1.running_var", [512], "float32"],
+                                ["1.num_batches_tracked", [], "int64"]]
 
 
 def test_install_does_nothing_outside_gctestbed(monkeypatch):

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s", "forward_s")
@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     rss_bytes    INTEGER,        -- its peak resident set (the kernel's ru_maxrss)
     pss_bytes    INTEGER,        -- at its end, its proportional share of the pages it maps (shared pages split)
     uss_bytes    INTEGER,        -- at its end, the pages only it maps (what its exit would free)
+    buffers      TEXT,           -- its model's buffers and whether DDP sent rank 0's before every forward (schema 17)
     PRIMARY KEY (run_id, rank)
 );
 CREATE TABLE IF NOT EXISTS evals (         -- held-out loss and accuracy during training (rank 0's replica)
@@ -295,7 +296,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL"),
                                 ("exchanges", "start_s", "REAL"), ("exchanges", "done_s", "REAL"),
                                 ("exchanges", "payloads", "TEXT"), ("steps", "behind_s", "REAL"),
-                                ("steps", "forward_s", "REAL")):
+                                ("steps", "forward_s", "REAL"), ("nodes", "buffers", "TEXT")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -307,7 +308,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
 # --- one run's writes (results.recorder.Recorder calls these inside its transaction) ---
 
 NODE_COLUMNS = ("name", "address", "role", "exit_code", "param_sha256", "eval_loss", "eval_accuracy",
-                "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes", "uss_bytes")
+                "eval_samples", "cpu_s", "wall_s", "rss_bytes", "pss_bytes", "uss_bytes", "buffers")
 
 
 def insert_run(conn: sqlite3.Connection, run_id: str, created_at: float, spec_json: str, environment: dict) -> None:
