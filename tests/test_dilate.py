@@ -210,16 +210,15 @@ def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path
     medians = {}
     for k in ("1", "4"):
         out = tmp_path / f"k{k}"
-        rep = gctestbed("run", *RECORD, "--bw", "100mbit", "--workload", f"replay:trace={path},compute=spin",
+        rep = gctestbed("run", *RECORD, "--bw", "200mbit", "--workload", f"replay:trace={path},compute=spin",
                         "--dilate", k, "--results", str(out), timeout=600)
         assert rep.returncode == 0, rep.stderr
         s = show(out)
         assert s["dilate"] == float(k) and s["host_bound"] is None      # compute=spin takes the CPU by design: no figure
         medians[k] = s["median_step_s"]
-        assert s["busbw_fraction_of_link"] > 0.5, s["busbw_bps"]      # against the emulated 100 Mbit/s
-    # link-bound: 12.8 MB at 100 Mbit/s is about 1 s a step; dilated, it is 4 s of host time reported as 1
-    # the acceptance asks 5 %, which is NOT met (measured +12 % over three seeds, +19 % in this test's 6
-    # steps; docs/replay.md, Time dilation): this bound catches dilation done wrong (times not divided
-    # by K: +300 %; links not dilated: -75 %), not the gap, which the docs report as open
-    assert abs(medians["4"] - medians["1"]) / medians["1"] < 0.30, medians
-    assert statistics.median(medians.values()) > 0.5, medians
+        assert s["busbw_fraction_of_link"] > 0.5, s["busbw_bps"]      # against the emulated 200 Mbit/s
+    # link-bound: 12.8 MB at 200 Mbit/s is about 0.5 s a step; dilated, it is 2 s of host time reported as
+    # 0.5. The acceptance asks 5 %; measured -1.7 % with the nodes on cubic (docs/replay.md, Time dilation;
+    # under BBR +12 to +19 %, which this bound fails). Times not divided by K: +300 %; links not dilated: -75 %
+    assert abs(medians["4"] - medians["1"]) / medians["1"] < 0.08, medians
+    assert statistics.median(medians.values()) > 0.25, medians
