@@ -45,8 +45,8 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     """The trace of a finished run in ``conn``; a run that did not end well, or that exchanged no
     bucket (a user's own command, local steps only), cannot be traced: one UserError. A dilated run
     only with ``host_time`` (its times are this host's, not its compute's: to look at, not to replay),
-    which also leaves out the model's buffers (a replay needs them; a timeline does not, and reading
-    them builds the model again)."""
+    which also leaves out the model's buffers where the store lacks them (before schema 17: a replay
+    needs them, a timeline does not, and reading them builds the model again)."""
     run = results.find_run(conn, run_id)
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")

@@ -58,7 +58,9 @@ def buffer_record(model: DDP) -> str:
     forward, as JSON for the node's row: what a trace of the run needs so a replay sends what it
     sent, read from the wrapped model itself (a user's own model included)."""
     sync = getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
-    buffers = [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.module.named_buffers()]
+    ignored = set(getattr(model, "parameters_to_ignore", ()))       # DDP sends none of these
+    buffers = [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.module.named_buffers()
+               if name not in ignored]
     return json.dumps({"broadcast": bool(sync), "buffers": buffers})
 
 

@@ -110,7 +110,7 @@ def test_real_sweep_survives_ctrl_c_and_resumes_without_loss_or_duplicates(tmp_p
         training = conn.execute("SELECT COUNT(*) FROM runs JOIN steps USING (run_id) WHERE status='running'").fetchone()[0]
         if done >= 1 and training:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

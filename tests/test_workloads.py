@@ -106,7 +106,7 @@ TRAIN_SCRIPT = textwrap.dedent('''
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.BatchNorm1d(512, affine=False), torch.nn.ReLU(),
-                                    torch.nn.Linear(512, 4)), forward_sync_buffers=False)
+                                    torch.nn.Linear(512, 4)), broadcast_buffers=False)
     gctestbed.install(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(dist.get_rank())
@@ -148,6 +148,20 @@ def test_a_users_own_ddp_script_runs_unchanged_with_the_compressor(tmp_path, sta
     assert trace["broadcast_buffers"] is False
     assert trace["buffers"] == [["1.running_mean", [512], "float32"], ["1.running_var", [512], "float32"],
                                 ["1.num_batches_tracked", [], "int64"]]
+
+
+def test_a_buffer_record_leaves_out_what_ddp_was_told_to_ignore():
+    """DDP sends no buffer named in its parameters_to_ignore, so a trace must not list it; the
+    setting read is forward_sync_buffers where DDP has it, else broadcast_buffers."""
+    import json
+    import types
+    from gctestbed.worker import buffer_record
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4, affine=False))
+    ddp = types.SimpleNamespace(module=module, parameters_to_ignore=["1.running_mean"], broadcast_buffers=False)
+    record = json.loads(buffer_record(ddp))
+    assert record == {"broadcast": False, "buffers": [["1.running_var", [4], "float32"], ["1.num_batches_tracked", [], "int64"]]}
+    ddp = types.SimpleNamespace(module=module, forward_sync_buffers=True, broadcast_buffers=False)
+    assert json.loads(buffer_record(ddp))["broadcast"] is True and len(json.loads(buffer_record(ddp))["buffers"]) == 3
 
 
 def test_install_does_nothing_outside_gctestbed(monkeypatch):

@@ -38,7 +38,8 @@ class Context:
         return self.fill("{" + name + "}")
 
     def bytes_count(self) -> str:
-        """Which bytes to count, noting that the figure read bytes."""
+        """Which bytes to count, noting that the figure read bytes (on this context: a figure that
+        copies it with dataclasses.replace before reading bytes would hide the read from the judge)."""
         self.counted = True
         return self.count
 
