@@ -51,7 +51,6 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     if run["status"] != "ok":
         raise UserError(f"run {run['run_id']} ended {run['status']}: only a run that ended well can be traced.")
     spec = RunSpec.from_json(run["spec"])
-    replayed = _replayed(spec)          # a replay's own trace, read once
     if spec.dilate != 1 and not host_time:
         raise UserError(f"run {run['run_id']} was dilated x{spec.dilate:g}, so its recorded times are not its compute's: "
                         "trace the run whose compute it replayed.")
@@ -63,7 +62,7 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         raise UserError(f"run {run['run_id']} was stored before its buckets' ready times were recorded (schema 13): "
                         "run the job again with this gctestbed and trace that run.")
     layouts = results.layouts_of(conn, run["run_id"])
-    own = _buffer_record(conn, run["run_id"])
+    buffers, broadcast = _buffer_facts(conn, run["run_id"], spec, host_time)
     by_step: dict[tuple[int, int], list[dict]] = {}
     for e in exchanges:
         by_step.setdefault((e["rank"], e["step"]), []).append(e)
@@ -96,9 +95,9 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
         # is the parameter order; the layouts that follow are the buckets DDP rebuilt in backward's order
         "parameters": first,
         # the model's buffers (batch norm's statistics): DDP broadcasts them before every forward
-        "buffers": own["buffers"] if own else [] if host_time else _buffers(spec, replayed),
+        "buffers": buffers,
         # whether it did (a workload's buffers=local: not), so a replay of this trace does as it did
-        "broadcast_buffers": own["broadcast"] if own else _sends_buffers(spec, replayed),
+        "broadcast_buffers": broadcast,
         # per rank: its layout numbers are its own (a hook numbers layouts in the order its exchanges complete)
         "layouts": {str(r): {str(layout): params for (rank, layout), params in sorted(layouts.items()) if rank == r}
                     for r in sorted(ranks)},
@@ -137,11 +136,16 @@ def _replayed(spec: RunSpec) -> dict | None:
         return None
 
 
-def _buffer_record(conn: sqlite3.Connection, run_id: str) -> dict | None:
-    """What the first worker recorded of its model's buffers and DDP's broadcast of them (the
-    wrapped model's own, a user's included); None for a run stored before schema 17."""
+def _buffer_facts(conn: sqlite3.Connection, run_id: str, spec: RunSpec, host_time: bool) -> tuple[list[list], bool]:
+    """The model's buffers and whether DDP broadcast them: as the first worker recorded them from
+    its wrapped model (schema 17; a user's own model's too); for an older run, worked out from its
+    spec (a replay's own trace read once; a built-in model built again, except for host time)."""
     rows = [r for r in results.node_rows(conn, run_id) if r["buffers"]]
-    return json.loads(rows[0]["buffers"]) if rows else None
+    if rows:
+        own = json.loads(rows[0]["buffers"])
+        return own["buffers"], own["broadcast"]
+    replayed = _replayed(spec)
+    return ([] if host_time else _buffers(spec, replayed)), _sends_buffers(spec, replayed)
 
 
 def _sends_buffers(spec: RunSpec, replayed: dict | None = None) -> bool:

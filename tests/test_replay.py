@@ -112,6 +112,14 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
     count, nbytes = (27, 1416) if workload.startswith("cnn") else (2, 512)
     size = {"int64": 8, "float32": 4, "bool": 1}                  # bytes an element of each dtype takes
     assert len(buffers) == count and sum(math.prod(s) * size[d] for _, s, d in buffers) == nbytes, buffers
+    # those are what the workers recorded of their wrapped models (schema 17); a store from before it
+    # (the column emptied) gives the same from the model built again
+    from gctestbed import results, trace as tracing
+    conn = results.connect(str(tmp_path / "real"))
+    conn.execute("UPDATE nodes SET buffers = NULL")
+    old = tracing.extract(conn, results.find_run(conn, None)["run_id"])
+    conn.close()
+    assert (old["buffers"], old["broadcast_buffers"]) == (buffers, True)
     (_, real_sent), (_, sent) = _wire(tmp_path / "real"), _wire(tmp_path / "replay")
     # one measured step (the third): a few hundred bytes of control traffic move it (CI: the transformer
     # 0.22 % over); the cnn without its buffers was 1.35 % short
