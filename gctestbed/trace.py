@@ -156,12 +156,11 @@ def _sends_buffers(spec: RunSpec, replayed: dict | None = None) -> bool:
     return workloads.images.broadcasts(spec.workload_options)
 
 
-def _buffers(spec: RunSpec, replayed: dict | None = None) -> list[list]:
+def _buffers(spec: RunSpec, replayed: dict | None) -> list[list]:
     """``[name, shape, dtype]`` of each buffer of the run's model, read from the model built again
     (a built-in workload; a replay's from its own trace); [] where it cannot be known (a user's
     own model, a trace without them)."""
     if spec.workload == "replay":
-        replayed = replayed or _replayed(spec)
         return replayed.get("buffers", []) if replayed else []
     if spec.workload not in workloads.names():
         return []

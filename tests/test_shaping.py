@@ -62,6 +62,7 @@ def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
         net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=100_000_000)))
         with open(topology.ALLOWED_CC) as f:
             assert f.read().split() == ["reno", "cubic"]
+        assert net.allowed_on_host is True          # and the run's record says it changed the host
     finally:
         for key, value in zip(keys, host):
             with open(key, "w") as f:

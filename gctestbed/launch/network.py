@@ -40,6 +40,8 @@ class Shaped:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
                 "tcp_congestion_control": topology.TCP_CONGESTION_CONTROL,
+                # a host change the run made: the kernel lets a namespace take only an allowed one
+                "tcp_congestion_control_allowed_on_host": self.network.allowed_on_host,
                 "qdiscs": self.network.describe() if qdiscs is None else qdiscs}
 
     def final_counters(self) -> dict:

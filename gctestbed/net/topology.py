@@ -63,6 +63,7 @@ class Network:
     nodes: list[NodePort]
     cables: list[cable.Cable] = field(default_factory=list)
     relay: subprocess.Popen | None = None
+    allowed_on_host: bool = False          # this build added TCP_CONGESTION_CONTROL to the host's allowed list
 
     def describe(self) -> dict:
         """The configuration the kernel reports on every shaped egress, with its counters."""
@@ -206,6 +207,7 @@ def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
     delays drawn from now on are those of a network built now with ``seed``), the nodes' TCP buffers
     sized anew. What the kernel holds stays: namespaces, devices, addresses, neighbour tables,
     qdisc counters."""
+    network.allowed_on_host = False        # a later cell changed the host only if its own tuning did
     hops = _hops(topo)
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         c.hop = hop
@@ -232,6 +234,7 @@ def _tune_tcp(network: Network, ns: str, limit: int) -> None:
         except PermissionError:
             if not _allow_congestion_control(TCP_CONGESTION_CONTROL):
                 raise
+            network.allowed_on_host = True
             namespaces.write_sysctl(ns, "net/ipv4/tcp_congestion_control", TCP_CONGESTION_CONTROL)
     except OSError as e:
         raise RuntimeError(f"this kernel cannot give the nodes TCP congestion control {TCP_CONGESTION_CONTROL} "
