@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import compress, contracts, flags, results, runner, workloads
+from . import contracts, flags, results, runner
+from .launch.kept import kept_for
 from .spec import SpecError, parse_choice
 
 MODEL = "mlp:width=512,depth=2,input_dim=512"     # 0.8 M parameters: 3.2 MB, two DDP buckets of <= 1 MB after step 0
@@ -48,6 +49,7 @@ def scheduled(text: str) -> str:
 def steps_for(text: str, steps: int) -> int:
     """Steps the method's run needs to judge each of its phases (at least ``steps``); a phase that
     lies wholly before the first judged step, or a schedule longer than MAX_STEPS: one SpecError."""
+    from . import compress
     name, options = compress.resolve(text)
     schedule = contracts.phases(name, options)
     for phase in schedule:
@@ -67,6 +69,7 @@ def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce", st
     """``--compressor`` values ('M;M...' or repeated) -> the method texts verify runs (SCHEDULE's
     options added where not typed); none given: every method (every one ``comm`` can carry). A
     method ``comm`` refuses, or whose phases cannot all be judged: its sentence."""
+    from . import compress
     given = [part.strip() for text in texts for part in text.split(";") if part.strip()]
     chosen = [scheduled(text) for text in (given or compress.names())]
     carried = []
@@ -86,6 +89,7 @@ def methods_from(texts: tuple[str, ...] | list[str], comm: str = "allreduce", st
 def model_parameters(workload: str = MODEL) -> list[tuple[str, int]]:
     """The model's parameters, names and sizes in its order, read from the model itself (not from
     anything a run recorded)."""
+    from . import workloads
     name, options = flags.resolve_workload(workload)
     work = workloads.build(name, options, seed=0, rank=0, batch_size=32, world=1)
     return [(n, p.numel()) for n, p in work.model.named_parameters()]
@@ -98,22 +102,23 @@ def run(methods: list[str], nodes: int = 2, bw: str = "1gbit", steps: int = STEP
     params = model_parameters()
     numel, order = sum(n for _, n in params), ["module." + name for name, _ in params]   # as DDP's wrapper names them
     rows, base = [], None
-    for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
-        on_phase(text)
-        spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL,
-                                steps=str(steps_for(text, steps)),
-                                batch_size="32", lr="0.05", seed="0", bucket_cap_mb=BUCKET_CAP_MB, timeout="120s",
-                                results_dir=results_dir, calibrate=False, comm=comm)
-        summary = runner.run(spec)
-        conn = results.connect(results_dir)
-        try:
-            check = results.contract_check(conn, summary.run_id, spec, numel, order)
-        finally:
-            conn.close()
-        row = judge_row(text, summary, check, base, spec.steps)
-        base = base or row
-        if text in methods:
-            rows.append(row)
+    with kept_for("verify") as kept:          # one network and one fork server for every method's run, as a sweep's
+        for text in dict.fromkeys(["none", *methods]):        # none first: every method is set beside it
+            on_phase(text)
+            spec = flags.build_spec(nodes=str(nodes), bw=bw, latency="0", compressor=text, workload=MODEL,
+                                    steps=str(steps_for(text, steps)),
+                                    batch_size="32", lr="0.05", seed="0", bucket_cap_mb=BUCKET_CAP_MB, timeout="120s",
+                                    results_dir=results_dir, calibrate=False, comm=comm)
+            summary = runner.run(spec, kept=kept)
+            conn = results.connect(results_dir)
+            try:
+                check = results.contract_check(conn, summary.run_id, spec, numel, order)
+            finally:
+                conn.close()
+            row = judge_row(text, summary, check, base, spec.steps)
+            base = base or row
+            if text in methods:
+                rows.append(row)
     return {"nodes": nodes, "bw": bw, "steps": steps, "workload": MODEL, "model_numel": numel, "comm": comm,
             "none": base, "methods": rows, "ok": bool(rows) and all(r["ok"] for r in rows) and base["ok"]}
 

@@ -14,6 +14,7 @@ import math
 from typing import Callable
 
 from .. import compress, flags, optimizers, results, runner
+from ..launch.kept import kept_for
 from ..spec import LinkSpec, RunSpec
 
 WORKLOAD = {"width": 256, "depth": 2, "input_dim": 64, "classes": 10}
@@ -48,26 +49,27 @@ def run(methods: list[str], nodes: int = 2, steps: int = 200, results_dir: str =
     wl_name, wl_options = flags.resolve_workload(workload) if workload else ("mlp", WORKLOAD)
     opt_name, opt_options = optimizers.resolve(optimizer)
     rows = {}
-    for method in methods:
-        on_cell(method)
-        name, options = compress.resolve(TUNED.get(method, method))     # NAME or NAME:key=value,...
-        if not optimizers.compatible(opt_name, compress.create(name, options, kernels="torch").momentum_inside):
-            continue                # applies momentum itself: not with Adam (optimizers.check says why)
-        spec = RunSpec(nodes=nodes, link=LinkSpec(bw_bps=1_000_000_000), compressor=name, compressor_options=options,
-                       workload=wl_name, workload_options=wl_options, steps=steps, batch_size=batch_size, lr=lr, seed=0,
-                       optimizer=opt_name, optimizer_options=opt_options, calibrate=False, results_dir=results_dir)
-        summary = runner.run(spec)
-        conn = results.connect(results_dir)
-        # SQLite keeps NaN as NULL: a diverged step reads as None, and is reported as diverged
-        losses = [math.nan if loss is None else loss for loss in results.losses(conn, summary.run_id)]
-        conn.close()
-        rows[method] = {"compressor": TUNED.get(method, method) if ":" in TUNED.get(method, method) else name, "run_id": summary.run_id, "status": summary.status,
-                        "final_loss": _finite(sum(losses[-WINDOW:]) / max(1, len(losses[-WINDOW:]))),
-                        # a NaN gradient now stops the run at that step (compress/hook.py), so its error says so
-                        "diverged": any(math.isnan(v) or math.isinf(v) for v in losses)
-                                    or "NaN or Inf" in (summary.error or ""),
-                        "eval_loss": summary.eval_loss, "eval_accuracy": summary.eval_accuracy,
-                        "payload_bytes_per_step": summary.payload_bytes_per_step, "smoothed": _smooth(losses)}
+    with kept_for("bench convergence") as kept:      # one network and fork server for every method, as a sweep's
+        for method in methods:
+            on_cell(method)
+            name, options = compress.resolve(TUNED.get(method, method))     # NAME or NAME:key=value,...
+            if not optimizers.compatible(opt_name, compress.create(name, options, kernels="torch").momentum_inside):
+                continue                # applies momentum itself: not with Adam (optimizers.check says why)
+            spec = RunSpec(nodes=nodes, link=LinkSpec(bw_bps=1_000_000_000), compressor=name, compressor_options=options,
+                           workload=wl_name, workload_options=wl_options, steps=steps, batch_size=batch_size, lr=lr, seed=0,
+                           optimizer=opt_name, optimizer_options=opt_options, calibrate=False, results_dir=results_dir)
+            summary = runner.run(spec, kept=kept)
+            conn = results.connect(results_dir)
+            # SQLite keeps NaN as NULL: a diverged step reads as None, and is reported as diverged
+            losses = [math.nan if loss is None else loss for loss in results.losses(conn, summary.run_id)]
+            conn.close()
+            rows[method] = {"compressor": TUNED.get(method, method) if ":" in TUNED.get(method, method) else name, "run_id": summary.run_id, "status": summary.status,
+                            "final_loss": _finite(sum(losses[-WINDOW:]) / max(1, len(losses[-WINDOW:]))),
+                            # a NaN gradient now stops the run at that step (compress/hook.py), so its error says so
+                            "diverged": any(math.isnan(v) or math.isinf(v) for v in losses)
+                                        or "NaN or Inf" in (summary.error or ""),
+                            "eval_loss": summary.eval_loss, "eval_accuracy": summary.eval_accuracy,
+                            "payload_bytes_per_step": summary.payload_bytes_per_step, "smoothed": _smooth(losses)}
     base = rows.get(baseline)
     if base:
         target = base["smoothed"][-1] * 1.05

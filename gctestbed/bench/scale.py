@@ -9,6 +9,7 @@ bench goes on: how far this host reaches is part of the answer.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Callable
@@ -16,7 +17,7 @@ from typing import Callable
 import psutil
 
 from .. import flags, runner
-from ..launch.kept import KeptNetwork
+from ..launch.kept import kept_for
 from ..session import environment
 
 WORKLOAD = "mlp:width=256,depth=2,input_dim=64"     # 85,002 parameters: 340 kB of gradient per step
@@ -28,8 +29,7 @@ def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workloa
     are forked by one fork server, as a sweep's are (launch/kept.py); ``fresh``: every node starts
     its own interpreter, as a lone run's does."""
     rows, cpus = [], flags.build_spec(cpus_per_node=cpus_per_node).cpus_per_node
-    kept = None if fresh else KeptNetwork()
-    try:
+    with contextlib.nullcontext() if fresh else kept_for("bench scale") as kept:
         for n in node_counts:
             spec = flags.build_spec(nodes=str(n), bw=bw, steps=str(steps), workload=workload, calibrate=False,
                                     cpus_per_node=cpus_per_node, results_dir=results_dir)
@@ -38,10 +38,6 @@ def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workloa
             t0 = time.monotonic()
             summary = runner.run(spec, kept=kept)
             rows.append(_row(n, summary, time.monotonic() - t0, free))
-    finally:
-        problems = kept.close() if kept is not None else []
-    if problems:
-        raise RuntimeError("bench scale could not remove its last network (run 'gctestbed clean'): " + "; ".join(problems))
     return {"machine": environment(), "bw": bw, "steps": steps, "workload": workload, "fork_server": not fresh,
             "cpus_per_node": cpus, "results_dir": results_dir, "rows": rows}
 

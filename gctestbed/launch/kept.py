@@ -18,10 +18,12 @@ of its own would, whatever ran before it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -130,6 +132,19 @@ class KeptNetwork:
             raise RuntimeError(f"the fork server did not start: {tail[0]}")
         proc.stdout.close()
         self.socket = sock
+
+
+@contextlib.contextmanager
+def kept_for(what: str) -> Iterator[KeptNetwork]:
+    """A kept network for the consecutive runs of one command (``what``: its name, for the error),
+    closed when they end; what it could not remove is an error where the runs raised none."""
+    kept = KeptNetwork()
+    try:
+        yield kept
+    finally:
+        problems = kept.close()
+    if problems:
+        raise RuntimeError(f"{what} could not remove its last network (run 'gctestbed clean'): " + "; ".join(problems))
 
 
 class Lent:
