@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from . import comm as comms, compress, optimizers, topofile, tracefile, workloads
+from . import topofile, tracefile
 from .spec import (LinkSpec, RunSpec, SpecError, UserError, format_duration, parse_choice, parse_duration, parse_fault,
                    parse_percent, parse_rate, resolve_options)
 
@@ -45,6 +45,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
                eval_every=DEFAULTS["eval_every"], comm=DEFAULTS["comm"], cpus_per_node=DEFAULTS["cpus_per_node"],
                dilate=DEFAULTS["dilate"], run_id="", replay=None) -> RunSpec:
     """Everything typed on the command line, parsed and checked, as a RunSpec."""
+    from . import comm as comms, compress, optimizers      # (torch: here, not for every command that imports flags)
     if replay:
         if command or workload != DEFAULTS["workload"]:
             raise SpecError("--replay TRACE is the workload: leave out --workload and '-- CMD'.")
@@ -135,6 +136,7 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
                 batch_size):
     """Check a replay against its trace; the bucket cap the trace's DDP used and the batch it
     replays where none was typed (left at the default, even typed as such). One sentence otherwise."""
+    from . import workloads
     recorded = min(len(r["steps"]) for r in trace["ranks"])
     if _int("--steps", steps) > recorded:
         raise SpecError(f"the trace holds {recorded} steps: replay at most that many (--steps {recorded}).")
@@ -187,6 +189,7 @@ def _dilation(dilate, workload: str, name: str, options: dict) -> float:
 
 def resolve_workload(text: str) -> tuple[str, dict]:
     """``mlp:width=512`` -> ("mlp", typed options); ``pkg.module:function`` -> (that, {}) once it imports."""
+    from . import workloads
     if workloads.is_user_code(text):
         try:
             workloads.user_function(text)

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from . import results, userscript
+from . import results
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
@@ -24,7 +24,7 @@ from .launch.kept import KeptNetwork
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
 from .session import Session, read_text, resolve
-from .spec import RunSpec, format_duration
+from .spec import SPEC_ENV, RunSpec, format_duration
 from .timing import Laps
 
 Progress = Callable[[int, int, dict], None]
@@ -78,7 +78,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                     recorder.node(node.rank, name=node.name, address=node.address,
                                   role="server" if node.rank >= spec.nodes else "worker")
                     procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
-                                                     {userscript.SPEC_ENV: session.spec_path})
+                                                     {SPEC_ENV: session.spec_path})
                 error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster)
                 phases["nodes_s"] = laps.lap()
             status = "ok" if error is None else "failed"

@@ -15,7 +15,7 @@ import sqlite3
 from importlib import metadata
 from typing import Callable
 
-from . import __version__, compress, kernels, results
+from . import __version__, kernels, results
 from .net import calibrate
 from .spec import RunSpec
 
@@ -46,6 +46,7 @@ def read_text(path: str) -> str:
 def resolve(spec: RunSpec, run_id: str, on_phase: Callable[[str], None] = lambda text: None) -> RunSpec:
     """What only the run can settle, filled in a copy: its id, and the kernels that really run
     (the torch reference where the method has no native kernels or they cannot be built)."""
+    from . import compress                 # (torch: a run's, not every command's that imports this module)
     kernel_mode = spec.kernels
     if kernel_mode == "native":
         wanted = compress.get(spec.compressor).has_kernels

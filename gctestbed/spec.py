@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_NODES = 64
+SPEC_ENV = "GCTESTBED_SPEC"    # where a user's program finds its run's spec (userscript.install reads it)
 DENSE_FLOOR = 1024      # buckets with fewer elements go dense, whatever the method: compressing them saves less than it costs
 
 

@@ -22,7 +22,7 @@ import sqlite3
 import statistics
 from typing import Any
 
-from . import results, workloads
+from . import results
 from .spec import RunSpec, UserError
 from .tracefile import FORMAT, VERSION, load as load_trace
 
@@ -32,6 +32,7 @@ STEP_TIMES = ("step_s", "compute_s", "forward_s", "optim_s", "encode_s", "decode
 def untraceable(spec: RunSpec) -> str | None:
     """Why a run of ``spec`` cannot be traced for replay, or None: a trace holds gctestbed's own
     workloads' compute, undilated, exchanged over the ring or parameter servers."""
+    from . import workloads
     if spec.command:
         return "it runs your own program, whose compute gctestbed does not see"
     if spec.dilate != 1:
@@ -150,6 +151,7 @@ def _buffer_facts(conn: sqlite3.Connection, run_id: str, spec: RunSpec, host_tim
 
 def _sends_buffers(spec: RunSpec, replayed: dict | None = None) -> bool:
     """Whether the run's DDP broadcast its buffers: a replay did as its own trace's run did."""
+    from . import workloads
     if spec.workload == "replay":
         replayed = replayed or _replayed(spec)
         return workloads.replay.sends_buffers(replayed) if replayed else True
@@ -160,6 +162,7 @@ def _buffers(spec: RunSpec, replayed: dict | None) -> list[list]:
     """``[name, shape, dtype]`` of each buffer of the run's model, read from the model built again
     (a built-in workload; a replay's from its own trace); [] where it cannot be known (a user's
     own model, a trace without them)."""
+    from . import workloads
     if spec.workload == "replay":
         return replayed.get("buffers", []) if replayed else []
     if spec.workload not in workloads.names():

@@ -21,11 +21,9 @@ from torch.nn.parallel import DistributedDataParallel
 from . import compress
 from .compress import hook
 from .results import Recorder
-from .spec import RunSpec
+from .spec import SPEC_ENV, RunSpec
 from .timing import now
 from .worker import ByteWindow, buffer_record, param_digest
-
-SPEC_ENV = "GCTESTBED_SPEC"
 
 
 class StepRecorder:

@@ -13,16 +13,21 @@ import json
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 COLOURS = {"agree": "#2a7d2a", "disagree": "#b22222", "inconclusive": "#8a6d00", "out of scope here": "#666666"}
+
+
+def _pyplot():
+    """matplotlib's pyplot on its file backend, imported where a picture is drawn: every command
+    imports this module, and matplotlib would add half a second to each."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def picture(claim: dict, path: str) -> str:
     """Each part's figure (dot) and interval (bar) against its region (shaded)."""
+    plt = _pyplot()
     parts = claim["parts"]
     fig, axes = plt.subplots(len(parts), 1, figsize=(7, 1.3 * len(parts) + 0.6), squeeze=False)
     for ax, p in zip(axes[:, 0], parts):

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import compress, flags
+from .. import flags
 from ..spec import SpecError, parse_duration, parse_rate
 
 from . import console, main
@@ -114,6 +114,7 @@ def bench_kernels(size, device, payloads, as_json):
 def bench_convergence(as_json, nodes, steps, methods, workload, optimizer, lr, batch_size, baseline, results_dir):
     """Train the same small task with every method: final loss, accuracy, steps to the baseline's loss."""
     from ..bench import convergence
+    from .. import compress
     names = methods.split(";") if methods else compress.names()
     if baseline not in names:
         names.append(baseline)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import Progress, TextColumn
 from rich.table import Table
 
-from .. import compress, contracts, results
+from .. import contracts, results
 from .. import verify as verify_
 from ..spec import format_duration, format_rate
 from . import console
@@ -167,6 +167,7 @@ def fmt(value, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
 
 
 def print_summary(s: results.RunSummary) -> None:
+    from .. import compress
     table = Table(title=f"run {s.run_id}  [{s.status}]", show_header=False)
     rows = [
         ("compressor", f"{s.compressor} ({s.kernels} kernels)" if compress.get(s.compressor).has_kernels

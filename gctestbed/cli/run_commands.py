@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .. import compress, flags, results, runner, tracefile
+from .. import flags, results, runner, tracefile
 from .. import trace as trace_
 from .. import sweep as sweep_
 from .. import verify as verify_
@@ -293,6 +293,7 @@ def clean():
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def compressors_(as_json):
     """List every compression method: collective, options with defaults, paper."""
+    from .. import compress
     rows = compress.registry.describe()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
