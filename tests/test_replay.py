@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import sqlite3
 import statistics
 
@@ -17,6 +19,31 @@ from helpers import gctestbed
 
 RUN = ("--nodes", "2", "--bw", "1gbit", "--steps", "8", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
 WORKLOAD = "mlp:width=1024,depth=3,input_dim=1024"      # 3.2 M parameters: three weights of 4 MB, a bucket each
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One real run of RUN (none) and its trace, shared by the tests that replay it as recorded:
+    (the run's results directory, the trace's path). Its ledgers in a directory of its own, undone
+    at the end (the tests' state_dir is theirs alone)."""
+    from gctestbed.launch.state import load_all
+    base = tmp_path_factory.mktemp("recorded")
+    env = {**os.environ, "GCTESTBED_STATE_DIR": str(base / "state")}
+    try:
+        rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(base / "real"), env=env)
+        assert rec.returncode == 0, rec.stderr
+        path = str(base / "t.json")
+        assert gctestbed("trace", "record", "--results", str(base / "real"), "-o", path, env=env).returncode == 0
+        yield base / "real", path
+    finally:
+        old = os.environ.get("GCTESTBED_STATE_DIR")
+        os.environ["GCTESTBED_STATE_DIR"] = str(base / "state")
+        try:
+            for st in load_all():
+                st.undo()
+        finally:
+            os.environ.pop("GCTESTBED_STATE_DIR") if old is None else os.environ.__setitem__("GCTESTBED_STATE_DIR", old)
+        shutil.rmtree(base / "state", ignore_errors=True)
 
 
 def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
@@ -32,14 +59,11 @@ def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, state_dir):
-    rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
-    assert rec.returncode == 0, rec.stderr
-    path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, state_dir, recorded):
+    real_dir, path = recorded
     rep = gctestbed("run", *RUN, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
     assert rep.returncode == 0, rep.stderr
-    real, replayed = _ready(tmp_path / "real"), _ready(tmp_path / "replay")
+    real, replayed = _ready(real_dir), _ready(tmp_path / "replay")
     assert real.keys() == replayed.keys()
     assert all(real[k][1] == replayed[k][1] for k in real)              # the same buckets, the same payloads
     # per rank and bucket (its place in the step), the median ready time over the steps after DDP's first two
@@ -133,18 +157,16 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, state_dir):
+def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, state_dir, recorded):
     """A 2-node trace replayed on 4 nodes: ranks 2 and 3 take recorded ranks 0 and 1 and release
     their buckets when those ranks' hooks got them (nothing per peer is scaled yet). The two
     recorded ranks ran the same compute here, so this cannot tell which recorded rank a new one
     took; it fails when ranks past the trace's have none (planted: rank r without mod -> the run fails)."""
+    real_dir, path = recorded                      # 8 steps of 2 nodes; 6 replayed
     args = ("--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
-    assert gctestbed("run", "--nodes", "2", *args, "--workload", WORKLOAD, "--results", str(tmp_path / "real")).returncode == 0
-    path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
     rep = gctestbed("run", "--nodes", "4", *args, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
     assert rep.returncode == 0, rep.stderr
-    real, replayed = _ready(tmp_path / "real"), _ready(tmp_path / "replay")
+    real, replayed = _ready(real_dir), _ready(tmp_path / "replay")
     assert {r for r, _, _ in replayed} == {0, 1, 2, 3}
     for rank in range(4):
         slots = sorted({q for r, s, q in real if r == rank % 2 and s >= 2})
@@ -260,22 +282,19 @@ def _nodes_and_losses(results_dir) -> tuple[dict[int, str], dict[int, list[float
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_path, state_dir):
+def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_path, state_dir, recorded):
     """real=1: rank 0 trains the recorded model for real (its loss is the model's, and falls),
     rank 1 replays (its loss is the replay's, zero) and releases its buckets at the recorded
     times; DDP averages both, so the two replicas end bit-identical (the kernel's digest of each
     rank's parameters, not the replay's bookkeeping). Planted: rank 0 replaying too -> its loss is 0."""
-    args = ("--nodes", "2", "--bw", "1gbit", "--steps", "8", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
-    assert gctestbed("run", *args, "--workload", WORKLOAD, "--results", str(tmp_path / "real")).returncode == 0
-    path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-    mixed = gctestbed("run", *args, "--replay", f"{path},real=1", "--results", str(tmp_path / "mixed"))
+    real_dir, path = recorded
+    mixed = gctestbed("run", *RUN, "--replay", f"{path},real=1", "--results", str(tmp_path / "mixed"))
     assert mixed.returncode == 0, mixed.stderr
     digests, losses = _nodes_and_losses(tmp_path / "mixed")
     assert digests[0] == digests[1] and digests[0]
     assert all(v > 0 for v in losses[0]) and losses[0][-1] < losses[0][0], losses[0]
     assert all(v == 0 for v in losses[1]), losses[1]
-    real, replayed = _ready(tmp_path / "real"), _ready(tmp_path / "mixed")
+    real, replayed = _ready(real_dir), _ready(tmp_path / "mixed")
     slots = sorted({q for r, s, q in real if r == 1 and s >= 2})
     recorded = [statistics.median(real[(1, s, q)][0] for r, s, q in real if r == 1 and s >= 2 and q == slot) for slot in slots]
     mine = [statistics.median(replayed[(1, s, q)][0] for r, s, q in replayed if r == 1 and s >= 2 and q == slot) for slot in slots]

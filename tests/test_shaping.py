@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from gctestbed.launch.network import Shaped
 from gctestbed.net import measure, namespaces, shaping, topology
-from gctestbed.spec import LinkSpec, TopologySpec
+from gctestbed.spec import LinkSpec, RunSpec, TopologySpec
 
 pytestmark = pytest.mark.root
 
@@ -59,10 +60,13 @@ def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
         for key, value in zip(keys, ["reno", "reno"]):
             with open(key, "w") as f:
                 f.write(value)
-        net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=100_000_000)))
+        shaped = Shaped(RunSpec(nodes=2, link=LinkSpec(bw_bps=100_000_000)), ledger)   # as netns and docker build it
+        shaped.build()
+        net = shaped.network
         with open(topology.ALLOWED_CC) as f:
             assert f.read().split() == ["reno", "cubic"]
-        assert net.allowed_on_host is True          # and the run's record says it changed the host
+        # and the run's record (its shaping, as the store keeps it) says it changed the host
+        assert shaped.describe()["tcp_congestion_control_allowed_on_host"] is True
     finally:
         for key, value in zip(keys, host):
             with open(key, "w") as f:
