@@ -137,13 +137,16 @@ class KeptNetwork:
 @contextlib.contextmanager
 def kept_for(what: str) -> Iterator[KeptNetwork]:
     """A kept network for the consecutive runs of one command (``what``: its name, for the error),
-    closed when they end; what it could not remove is an error where the runs raised none."""
+    closed when they end; what it could not remove is an error where the runs raised none, and a
+    note on the error where they did."""
     kept = KeptNetwork()
     try:
         yield kept
-    finally:
-        problems = kept.close()
-    if problems:
+    except BaseException as e:
+        if problems := kept.close():
+            e.add_note(f"{what} could not remove its last network either (run 'gctestbed clean'): " + "; ".join(problems))
+        raise
+    if problems := kept.close():
         raise RuntimeError(f"{what} could not remove its last network (run 'gctestbed clean'): " + "; ".join(problems))
 
 
