@@ -25,7 +25,8 @@ def _session_dir() -> Path:
 
 
 def pytest_sessionstart(session):
-    """Undo the ledgers of test sessions whose process is gone."""
+    """gctestbed's sources byte-compiled; the ledgers of test sessions whose process is gone undone."""
+    _compile_gctestbed()
     if not TEST_LEDGERS.is_dir():
         return
     from gctestbed.launch.state import load
@@ -39,6 +40,16 @@ def pytest_sessionstart(session):
         for path in directory.rglob("*.json"):
             load(str(path)).undo()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _compile_gctestbed() -> None:
+    """Write gctestbed's bytecode once for the session. These machines set PYTHONDONTWRITEBYTECODE,
+    and an editable install leaves no bytecode, so every node's worker and every command the tests
+    start compiled gctestbed's sources again (some 0.3 to 0.5 s of CPU each, hundreds of times a
+    session); Python reads what is written here, and compiles a source changed since in memory."""
+    import compileall
+    import gctestbed
+    compileall.compile_dir(os.path.dirname(gctestbed.__file__), quiet=1)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -118,22 +129,43 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@contextlib.contextmanager
+def ledgers(fallback: Path):
+    """A private ledger directory under this session's (``fallback`` where that cannot be made:
+    not root, so nothing made needs a ledger there), everything its ledgers still hold undone
+    and the directory removed at the end."""
+    try:
+        _session_dir().mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="state-", dir=_session_dir()))
+    except PermissionError:
+        directory = fallback
+    try:
+        yield directory
+    finally:
+        from gctestbed.launch.state import load_all
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("GCTESTBED_STATE_DIR", str(directory))
+            for st in load_all():
+                st.undo()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
     """A private ledger directory, so tests never see or clean a user's live runs. Whatever a
     test's runs still hold when it ends (a run cut short by a timeout, a failed assertion) is
     undone from these ledgers, so nothing outlives the test."""
-    try:
-        _session_dir().mkdir(parents=True, exist_ok=True)
-        directory = Path(tempfile.mkdtemp(prefix="state-", dir=_session_dir()))
-    except PermissionError:                       # not root: nothing a test makes needs a ledger there
-        directory = tmp_path / "state"
-    monkeypatch.setenv("GCTESTBED_STATE_DIR", str(directory))
-    yield directory
-    from gctestbed.launch.state import load_all
-    for st in load_all():
-        st.undo()
-    shutil.rmtree(directory, ignore_errors=True)
+    with ledgers(tmp_path / "state") as directory:
+        monkeypatch.setenv("GCTESTBED_STATE_DIR", str(directory))
+        yield directory
+
+
+@pytest.fixture(scope="module")
+def module_state_dir(tmp_path_factory):
+    """The same for what a module's tests share (a run recorded once): passed to its commands
+    as GCTESTBED_STATE_DIR, undone at the module's end."""
+    with ledgers(tmp_path_factory.mktemp("state")) as directory:
+        yield directory
 
 
 @pytest.fixture

@@ -37,6 +37,25 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
             proc.wait()
 
 
+@contextlib.contextmanager
+def kept_runs():
+    """Run specs in this process one after another on one kept network and fork server, as a
+    sweep's cells (launch/kept.py: re-shaped where they fit, and trained exactly as on networks of
+    their own, tests/test_kept.py): for tests of what a run computes, not of a lone run's own
+    start. Yields ``run(**flags) -> run id`` (flags as typed: strings; calibration off), which
+    fails the test on a run that did not end ok; the network is removed afterwards, pass or fail."""
+    from gctestbed import flags, runner
+    from gctestbed.launch.kept import kept_for
+
+    def run(**typed) -> str:
+        summary = runner.run(flags.build_spec(calibrate=False, **typed), kept=kept)
+        assert summary.status == "ok", summary.error
+        return summary.run_id
+
+    with kept_for("the test") as kept:
+        yield run
+
+
 def show(results_dir, run_id=None) -> dict:
     proc = gctestbed("show", *([run_id] if run_id else []), "--json", "--results", str(results_dir))
     assert proc.returncode == 0, proc.stderr

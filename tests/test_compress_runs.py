@@ -12,32 +12,40 @@ import sqlite3
 import pytest
 
 
-from helpers import gctestbed, show
+from helpers import gctestbed, kept_runs, show
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 MODEL = "mlp:width=512,depth=2,input_dim=512"       # 0.8 M parameters: 3.2 MB, at least two 1 MB buckets
 OVERHEAD_PER_BUCKET = 6144                           # headers of a round's messages, ACKs of what arrives
 OPTIONS = {"powersgd": "powersgd:start_iter=1", "dgc": "dgc:steps_per_epoch=1"}
+THREE = ["dgc", "powersgd", "terngrad", "signsgd", "variance"]
 
 
-def _run(tmp_path, method, nodes):
-    proc = gctestbed("run", "--nodes", str(nodes), "--bw", "1gbit", "--no-calibrate", "--workload", MODEL,
-                     "--bucket-cap-mb", "1", "--steps", "4", "--compressor", OPTIONS.get(method, method),
-                     "--results", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    return show(tmp_path)
+@pytest.fixture(scope="module")
+def on_three_nodes(tmp_path_factory, module_state_dir):
+    """Each of THREE on three nodes, one after another on one kept network (as a sweep's cells):
+    (the results directory, method -> run id)."""
+    results_dir = tmp_path_factory.mktemp("three")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
+        with kept_runs() as run:
+            ids = {m: run(nodes="3", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4",
+                          compressor=OPTIONS.get(m, m), results_dir=str(results_dir)) for m in THREE}
+    return results_dir, ids
 
 
-@pytest.mark.parametrize("method", ["dgc", "powersgd", "terngrad", "signsgd", "variance"])
-def test_method_on_three_nodes(tmp_path, state_dir, method):
-    s = _run(tmp_path, method, 3)
-    assert s["status"] == "ok" and s["params_identical"] is True and s["buckets_per_step"] >= 2
+@pytest.mark.parametrize("method", THREE)
+def test_method_on_three_nodes(on_three_nodes, method):
+    results_dir, ids = on_three_nodes
+    s = show(results_dir, ids[method])
+    assert s["status"] == "ok" and s["nodes"] == 3 and s["params_identical"] is True and s["buckets_per_step"] >= 2
     # over steps 2-3 together, not per-step medians: a step's last message may still be queued when
     # its node reads the counters and is then counted in the next step (variance's payloads vary).
     # Step 1 is left out too: it may take step 0's tail, and step 0 can be far larger (PowerSGD's is
     # dense, 2.83 MB against 33 kB; a CI run on 26 November counted 0.9 % over the bound at step >= 1)
-    conn = sqlite3.connect(tmp_path / "gctestbed.sqlite")
-    expected, wire, n = conn.execute("SELECT SUM(expected_tx_bytes), SUM(tx_bytes), COUNT(*) FROM steps WHERE step >= 2").fetchone()
+    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
+    expected, wire, n = conn.execute("SELECT SUM(expected_tx_bytes), SUM(tx_bytes), COUNT(*) FROM steps "
+                                     "WHERE run_id=? AND step >= 2", (ids[method],)).fetchone()
     conn.close()
     assert 0.98 * expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET * s["buckets_per_step"] * n, (expected, wire)
 
@@ -66,12 +74,11 @@ def test_native_and_torch_kernels_train_identically(tmp_path, state_dir, method)
     Two methods that carry memories across steps run end to end; every method's kernels are held
     to the reference tensor by tensor in tests/test_kernels.py."""
     losses = {}
-    for mode in ("torch", "native"):
-        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--no-calibrate", "--workload", MODEL,
-                         "--bucket-cap-mb", "1", "--steps", "4", "--compressor", OPTIONS.get(method, method),
-                         "--kernels", mode, "--results", str(tmp_path / mode))
-        assert proc.returncode == 0, proc.stderr
-        assert show(tmp_path / mode)["kernels"] == mode
-        losses[mode] = _losses(tmp_path / mode)
+    with kept_runs() as run:         # one network, the fork server loading the kernels for the second run
+        for mode in ("torch", "native"):
+            run(nodes="2", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4", compressor=OPTIONS.get(method, method),
+                kernels=mode, results_dir=str(tmp_path / mode))
+            assert show(tmp_path / mode)["kernels"] == mode
+            losses[mode] = _losses(tmp_path / mode)
     assert len(losses["native"]) == 8
     assert losses["native"] == losses["torch"]

@@ -19,7 +19,7 @@ from gctestbed.analysis import cells
 from gctestbed.cli import main
 from gctestbed.net import namespaces
 from gctestbed.spec import LinkSpec, RunSpec, SpecError
-from helpers import gctestbed, show
+from helpers import gctestbed, kept_runs, show
 
 
 def _trace(path, steps=4, cap=25.0) -> str:
@@ -196,24 +196,21 @@ def test_a_dilated_network_is_shaped_at_rate_over_k_with_delays_times_k(tmp_path
 # --- a replayed link-bound cell: K = 4 reports what K = 1 does ---
 
 WORKLOAD = "mlp:width=1024,depth=3,input_dim=1024"      # 3.2 M parameters, 12.8 MB of gradient a step
-RECORD = ("--nodes", "2", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "4", "--batch-size", "128",
-          "--cpus-per-node", "1")
+RECORD = dict(nodes="2", steps="6", bucket_cap_mb="4", batch_size="128", cpus_per_node="1")
 
 
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path, state_dir):
-    rec = gctestbed("run", *RECORD, "--bw", "1gbit", "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
-    assert rec.returncode == 0, rec.stderr
     path = str(tmp_path / "t.json.gz")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
     medians = {}
+    with kept_runs() as run:             # the three runs on one network (re-shaped), as a sweep's cells
+        run(**RECORD, bw="1gbit", workload=WORKLOAD, results_dir=str(tmp_path / "real"))
+        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+        for k in ("1", "4"):
+            run(**RECORD, bw="200mbit", workload=f"replay:trace={path},compute=spin", dilate=k, results_dir=str(tmp_path / f"k{k}"))
     for k in ("1", "4"):
-        out = tmp_path / f"k{k}"
-        rep = gctestbed("run", *RECORD, "--bw", "200mbit", "--workload", f"replay:trace={path},compute=spin",
-                        "--dilate", k, "--results", str(out), timeout=600)
-        assert rep.returncode == 0, rep.stderr
-        s = show(out)
+        s = show(tmp_path / f"k{k}")
         assert s["dilate"] == float(k) and s["host_bound"] is None      # compute=spin takes the CPU by design: no figure
         medians[k] = s["median_step_s"]
         assert s["busbw_fraction_of_link"] > 0.5, s["busbw_bps"]      # against the emulated 200 Mbit/s

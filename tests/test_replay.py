@@ -9,41 +9,28 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sqlite3
 import statistics
 
 import pytest
 
-from helpers import gctestbed
+from helpers import gctestbed, kept_runs
 
 RUN = ("--nodes", "2", "--bw", "1gbit", "--steps", "8", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
 WORKLOAD = "mlp:width=1024,depth=3,input_dim=1024"      # 3.2 M parameters: three weights of 4 MB, a bucket each
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """One real run of RUN (none) and its trace, shared by the tests that replay it as recorded:
-    (the run's results directory, the trace's path). Its ledgers in a directory of its own, undone
-    at the end (the tests' state_dir is theirs alone)."""
-    from gctestbed.launch.state import load_all
+def recorded(tmp_path_factory, module_state_dir):
+    """One real run of RUN (none) and its trace, shared by the tests that replay it as recorded
+    (they only read them): (the run's results directory, the trace's path)."""
     base = tmp_path_factory.mktemp("recorded")
-    env = {**os.environ, "GCTESTBED_STATE_DIR": str(base / "state")}
-    try:
-        rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(base / "real"), env=env)
-        assert rec.returncode == 0, rec.stderr
-        path = str(base / "t.json")
-        assert gctestbed("trace", "record", "--results", str(base / "real"), "-o", path, env=env).returncode == 0
-        yield base / "real", path
-    finally:
-        old = os.environ.get("GCTESTBED_STATE_DIR")
-        os.environ["GCTESTBED_STATE_DIR"] = str(base / "state")
-        try:
-            for st in load_all():
-                st.undo()
-        finally:
-            os.environ.pop("GCTESTBED_STATE_DIR") if old is None else os.environ.__setitem__("GCTESTBED_STATE_DIR", old)
-        shutil.rmtree(base / "state", ignore_errors=True)
+    env = {**os.environ, "GCTESTBED_STATE_DIR": str(module_state_dir)}
+    rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(base / "real"), env=env)
+    assert rec.returncode == 0, rec.stderr
+    path = str(base / "t.json")
+    assert gctestbed("trace", "record", "--results", str(base / "real"), "-o", path, env=env).returncode == 0
+    return base / "real", path
 
 
 def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
@@ -117,12 +104,12 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
     """DDP rebuilds its buckets after step 0 in the order gradients arrived there: a replay must hand
     them over in the recorded order, or models whose parameters are not one chain (norms, residuals,
     attention) are bucketed differently and send other messages."""
-    small = ("--nodes", "2", "--bw", "1gbit", "--steps", "3", "--no-calibrate", "--bucket-cap-mb", "0.01")
-    assert gctestbed("run", *small, "--workload", workload, "--results", str(tmp_path / "real")).returncode == 0
+    small = dict(nodes="2", bw="1gbit", steps="3", bucket_cap_mb="0.01")
     path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-    rep = gctestbed("run", *small, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
-    assert rep.returncode == 0, rep.stderr
+    with kept_runs() as run:             # both runs on one network and fork server, as a sweep's cells
+        run(**small, workload=workload, results_dir=str(tmp_path / "real"))
+        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+        run(**small, workload=f"replay:trace={path}", results_dir=str(tmp_path / "replay"))
     real = _layouts(tmp_path / "real")
     assert len(real[0]) > 2, real                       # several buckets to get right
     assert _layouts(tmp_path / "replay") == real
@@ -166,7 +153,8 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
     args = ("--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
     rep = gctestbed("run", "--nodes", "4", *args, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
     assert rep.returncode == 0, rep.stderr
-    real, replayed = _ready(real_dir), _ready(tmp_path / "replay")
+    real = {k: v for k, v in _ready(real_dir).items() if k[1] < 6}      # the steps replayed
+    replayed = _ready(tmp_path / "replay")
     assert {r for r, _, _ in replayed} == {0, 1, 2, 3}
     for rank in range(4):
         slots = sorted({q for r, s, q in real if r == rank % 2 and s >= 2})
@@ -223,24 +211,23 @@ def test_a_recorded_codec_puts_the_recorded_bytes_on_the_wire(tmp_path, state_di
     one and the interface counters (the kernel's, not the codec's accounting) see the recorded
     run's bytes per step within 2 %. A trace with its payloads halved, replayed the same way,
     fails that check: the acceptance's planted bug, kept as part of the test."""
-    args = ("--nodes", "2", "--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "64")
-    rec = gctestbed("run", *args, "--compressor", method, "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
-    assert rec.returncode == 0, rec.stderr
-    path, halved = str(tmp_path / "t.json"), str(tmp_path / "half.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-    _halved(path, halved)
-    real_payloads, real_sent = _wire(tmp_path / "real")
+    args = dict(nodes="2", bw="1gbit", steps="6", bucket_cap_mb="1", batch_size="64")
+    with kept_runs() as run:             # the three runs on one network and fork server, as a sweep's cells
+        run(**args, compressor=method, workload=WORKLOAD, results_dir=str(tmp_path / "real"))
+        path, halved = str(tmp_path / "t.json"), str(tmp_path / "half.json")
+        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+        _halved(path, halved)
+        real_payloads, real_sent = _wire(tmp_path / "real")
 
-    def replay(trace: str, results: str):
-        done = gctestbed("run", *args, "--replay", f"{trace},codec=recorded", "--results", str(tmp_path / results))
-        assert done.returncode == 0, done.stderr
-        return _wire(tmp_path / results)
+        def replay(trace: str, results: str):
+            run(**args, replay=f"{trace},codec=recorded", results_dir=str(tmp_path / results))
+            return _wire(tmp_path / results)
 
-    payloads, sent = replay(path, "replay")
-    assert payloads == real_payloads
-    assert abs(sent / real_sent - 1) <= 0.02, (sent, real_sent)
-    payloads, sent = replay(halved, "halved")
-    assert payloads != real_payloads and abs(sent / real_sent - 1) > 0.02, (sent, real_sent)
+        payloads, sent = replay(path, "replay")
+        assert payloads == real_payloads
+        assert abs(sent / real_sent - 1) <= 0.02, (sent, real_sent)
+        payloads, sent = replay(halved, "halved")
+        assert payloads != real_payloads and abs(sent / real_sent - 1) > 0.02, (sent, real_sent)
     shown = json.loads(gctestbed("show", "--json", "--results", str(tmp_path / "replay")).stdout)
     assert shown["replayed"] == "t.json (compute=sleep, codec=recorded)" and shown["compressor"] == method
 
@@ -311,12 +298,12 @@ def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, 
     replaying ranks must hold them too (found by review: Gloo aborted on the size mismatch). Both
     replicas end bit-identical (the nodes' own digests). Planted: no buffers on the replaying rank ->
     the run fails."""
-    args = ("--nodes", "2", "--bw", "1gbit", "--steps", "4", "--no-calibrate", "--bucket-cap-mb", "0.01")
-    assert gctestbed("run", *args, "--workload", "cnn:width=8", "--results", str(tmp_path / "real")).returncode == 0
+    args = dict(nodes="2", bw="1gbit", steps="4", bucket_cap_mb="0.01")
     path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-    mixed = gctestbed("run", *args, "--replay", f"{path},real=1", "--results", str(tmp_path / "mixed"))
-    assert mixed.returncode == 0, mixed.stderr
+    with kept_runs() as run:             # both runs on one network and fork server, as a sweep's cells
+        run(**args, workload="cnn:width=8", results_dir=str(tmp_path / "real"))
+        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+        run(**args, replay=f"{path},real=1", results_dir=str(tmp_path / "mixed"))
     digests, losses = _nodes_and_losses(tmp_path / "mixed")
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from helpers import SMALL, gctestbed, leftovers, show
+from helpers import SMALL, gctestbed, kept_runs, leftovers, show
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -60,17 +60,16 @@ def test_a_warm_up_takes_its_first_step_at_lr_over_the_node_count_then_rises(tmp
     lr 0.05 run's (the schedule moved on)."""
     from gctestbed import results
 
-    def losses(*args):
-        d = tmp_path / str(len(list(tmp_path.iterdir())))
-        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "3", "--no-calibrate",
-                         "--results", str(d), *args)
-        assert proc.returncode == 0, proc.stderr
-        return [r[0] for r in results.connect(str(d)).execute("SELECT loss FROM steps WHERE rank=0 ORDER BY step")]
+    with kept_runs() as run:
+        def losses(**typed):
+            run_id = run(nodes="2", bw="1gbit", workload=SMALL, steps="3", results_dir=str(tmp_path), **typed)
+            return [r[0] for r in results.connect(str(tmp_path)).execute(
+                "SELECT loss FROM steps WHERE run_id=? AND rank=0 ORDER BY step", (run_id,))]
 
-    warmed = losses("--lr", "0.1", "--optimizer", "sgd:momentum=0,warmup_steps=1")
-    half = losses("--lr", "0.05", "--optimizer", "sgd:momentum=0")
-    assert warmed[1] == half[1] and warmed[2] != half[2]
-    assert warmed[1] != losses("--lr", "0.1", "--optimizer", "sgd:momentum=0")[1]
+        warmed = losses(lr="0.1", optimizer="sgd:momentum=0,warmup_steps=1")
+        half = losses(lr="0.05", optimizer="sgd:momentum=0")
+        assert warmed[1] == half[1] and warmed[2] != half[2]
+        assert warmed[1] != losses(lr="0.1", optimizer="sgd:momentum=0")[1]
 
 
 def test_clipping_applies_to_the_averaged_gradient_unless_dgc_clips_locally(tmp_path, state_dir):
@@ -80,19 +79,17 @@ def test_clipping_applies_to_the_averaged_gradient_unless_dgc_clips_locally(tmp_
     weights move although the run asks for 1e-9."""
     from gctestbed import results
 
-    def second_loss(*args):
-        d = tmp_path / str(len(list(tmp_path.iterdir())))
-        proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--no-calibrate",
-                         "--results", str(d), *args)
-        assert proc.returncode == 0, proc.stderr
-        return results.connect(str(d)).execute("SELECT loss FROM steps WHERE rank=0 AND step=1").fetchone()[0]
+    with kept_runs() as run:
+        def second_loss(**typed):
+            run_id = run(nodes="2", bw="1gbit", workload=SMALL, steps="2", results_dir=str(tmp_path), **typed)
+            return results.connect(str(tmp_path)).execute(
+                "SELECT loss FROM steps WHERE run_id=? AND rank=0 AND step=1", (run_id,)).fetchone()[0]
 
-    frozen = second_loss("--lr", "1e-12", "--optimizer", "sgd:momentum=0")
-    assert second_loss("--lr", "0.1", "--optimizer", "sgd:momentum=0,clip_norm=1e-9") == pytest.approx(frozen, rel=1e-6)
-    assert second_loss("--lr", "0.1", "--optimizer", "sgd:momentum=0") != pytest.approx(frozen, rel=1e-4)
-    local = second_loss("--lr", "0.1", "--optimizer", "sgd:clip_norm=1e-9", "--compressor",
-                        "dgc:ratio=1,warmup_epochs=0,clip_norm=100")
-    assert local != pytest.approx(frozen, rel=1e-4)
+        frozen = second_loss(lr="1e-12", optimizer="sgd:momentum=0")
+        assert second_loss(lr="0.1", optimizer="sgd:momentum=0,clip_norm=1e-9") == pytest.approx(frozen, rel=1e-6)
+        assert second_loss(lr="0.1", optimizer="sgd:momentum=0") != pytest.approx(frozen, rel=1e-4)
+        local = second_loss(lr="0.1", optimizer="sgd:clip_norm=1e-9", compressor="dgc:ratio=1,warmup_epochs=0,clip_norm=100")
+        assert local != pytest.approx(frozen, rel=1e-4)
 
 
 def test_netem_asked_for_without_netem_is_refused_and_leaves_nothing(tmp_path, state_dir):

@@ -11,7 +11,7 @@ import torch
 
 from gctestbed import results, trace as tracing, workloads
 from gctestbed.workloads import text
-from helpers import SMALL, gctestbed, leftovers, show
+from helpers import SMALL, gctestbed, kept_runs, leftovers, show
 
 TINY = {"mlp": {"width": 64, "depth": 2, "input_dim": 32}, "cnn": {"width": 8}, "lstm": {"hidden": 32, "layers": 1, "seq_len": 16, "corpus_mb": 0.2},
         "transformer": {"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, "corpus_mb": 0.2}}
@@ -179,11 +179,11 @@ def test_serial_mode_with_a_command_is_refused(tmp_path):
 @pytest.mark.slow
 def test_serial_mode_times_each_phase_and_trains_exactly_like_overlap(tmp_path, state_dir):
     runs = {}
-    for mode in ("overlap", "serial"):
-        proc = gctestbed("run", "--nodes", "2", "--bw", "20mbit", "--workload", SMALL, "--compressor", "twobit",
-                         "--steps", "5", "--mode", mode, "--no-calibrate", "--results", str(tmp_path))
-        assert proc.returncode == 0, proc.stderr
-        runs[mode] = show(tmp_path)
+    with kept_runs() as run:
+        for mode in ("overlap", "serial"):
+            run_id = run(nodes="2", bw="20mbit", workload=SMALL, compressor="twobit", steps="5", mode=mode,
+                         results_dir=str(tmp_path))
+            runs[mode] = show(tmp_path, run_id)
     conn = sqlite3.connect(tmp_path / "gctestbed.sqlite")
     losses = {m: [r[0] for r in conn.execute("SELECT loss FROM steps WHERE run_id=? AND rank=0 ORDER BY step", (s["run_id"],))]
               for m, s in runs.items()}
