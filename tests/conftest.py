@@ -49,7 +49,7 @@ def _compile_gctestbed() -> None:
     session); Python reads what is written here, and compiles a source changed since in memory."""
     import compileall
     import gctestbed
-    compileall.compile_dir(os.path.dirname(gctestbed.__file__), quiet=1)
+    compileall.compile_dir(os.path.dirname(gctestbed.__file__), quiet=2)   # a read-only tree: compiled in memory, as before
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,4 +1,5 @@
-"""Helpers for tests that start real runs: the CLI as a subprocess, and proof that nothing leaked."""
+"""Helpers for tests that start real runs: the CLI as a subprocess, runs in this process on one kept
+network, and proof that nothing leaked."""
 
 from __future__ import annotations
 
@@ -38,17 +39,32 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def kept_runs():
+def kept_runs(limit_s: int = 600):
     """Run specs in this process one after another on one kept network and fork server, as a
-    sweep's cells (launch/kept.py: re-shaped where they fit, and trained exactly as on networks of
-    their own, tests/test_kept.py): for tests of what a run computes, not of a lone run's own
+    sweep's cells (launch/kept.py: re-shaped where they fit; tests/test_kept.py holds plain cells
+    to cells on networks of their own, and sweeps run dilated, replayed, CPU-capped and
+    native-kernel cells this way): for tests of what a run computes, not of a lone run's own
     start. Yields ``run(**flags) -> run id`` (flags as typed: strings; calibration off), which
-    fails the test on a run that did not end ok; the network is removed afterwards, pass or fail."""
+    fails the test on a run that did not end ok or took over ``limit_s`` (the run torn down, as
+    the CLI's subprocess timeout did); the network is removed afterwards, pass or fail. Ctrl-C
+    stops the test session, as it does around a subprocess."""
     from gctestbed import flags, runner
     from gctestbed.launch.kept import kept_for
 
+    def too_long(signum, frame):
+        raise TimeoutError(f"a run took over {limit_s} s")
+
     def run(**typed) -> str:
-        summary = runner.run(flags.build_spec(calibrate=False, **typed), kept=kept)
+        spec = flags.build_spec(calibrate=False, **typed)
+        before = signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(limit_s)
+        try:
+            summary = runner.run(spec, kept=kept)
+        except runner.Interrupted:
+            raise KeyboardInterrupt from None
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, before)
         assert summary.status == "ok", summary.error
         return summary.run_id
 
