@@ -22,7 +22,7 @@ import sqlite3
 import statistics
 from typing import Any
 
-from . import results
+from . import results, tracefile
 from .spec import RunSpec, UserError
 from .tracefile import FORMAT, VERSION, load as load_trace
 
@@ -168,4 +168,4 @@ def _buffers(spec: RunSpec, replayed: dict | None) -> list[list]:
     if spec.workload not in workloads.names():
         return []
     model = workloads.build(spec.workload, spec.workload_options, spec.seed, 0, spec.batch_size, spec.nodes).model
-    return [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.named_buffers()]
+    return tracefile.buffer_layout(model.named_buffers())

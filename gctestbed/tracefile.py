@@ -9,12 +9,20 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Any
+from typing import Any, Iterable
 
 from .spec import UserError
 
 FORMAT = "gctestbed-trace"
 VERSION = 2            # 2: layouts per rank (1 held rank 0's alone)
+
+
+def buffer_layout(named_buffers: Iterable[tuple[str, Any]], leave_out: Iterable[str] = ()) -> list[list]:
+    """``[name, shape, dtype]`` of each buffer, as a trace holds them (its ``buffers``), from a
+    module's ``named_buffers()`` less the names in ``leave_out`` (those DDP was told to ignore, and
+    so never sends): one list for what a worker records and what a trace is rebuilt from."""
+    skip = set(leave_out)
+    return [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in named_buffers if name not in skip]
 
 
 def save(trace: dict[str, Any], path: str) -> None:

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import compress, optimizers, workloads
+from . import compress, optimizers, tracefile, workloads
 from .comm import local, ps, server
 from .compress import hook, recorded
 from . import results
@@ -58,9 +58,7 @@ def buffer_record(model: DDP) -> str:
     forward, as JSON for the node's row: what a trace of the run needs so a replay sends what it
     sent, read from the wrapped model itself (a user's own model included)."""
     sync = getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
-    ignored = set(getattr(model, "parameters_to_ignore", ()))       # DDP sends none of these
-    buffers = [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in model.module.named_buffers()
-               if name not in ignored]
+    buffers = tracefile.buffer_layout(model.module.named_buffers(), getattr(model, "parameters_to_ignore", ()))  # DDP sends none of these
     return json.dumps({"broadcast": bool(sync), "buffers": buffers})
 
 

@@ -150,18 +150,23 @@ def test_a_users_own_ddp_script_runs_unchanged_with_the_compressor(tmp_path, sta
                                 ["1.num_batches_tracked", [], "int64"]]
 
 
-def test_a_buffer_record_leaves_out_what_ddp_was_told_to_ignore():
-    """DDP sends no buffer named in its parameters_to_ignore, so a trace must not list it; the
-    setting read is forward_sync_buffers where DDP has it, else broadcast_buffers."""
+def test_a_buffer_record_leaves_out_what_ddp_was_told_to_ignore(single_rank_group):
+    """DDP sends no buffer named in its parameters_to_ignore, so a trace must not list it; whether
+    it sends rank 0's buffers before every forward is read from the wrapped model (a real one-rank
+    DDP, as torch sets its attributes)."""
     import json
-    import types
-    from gctestbed.worker import buffer_record
-    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4, affine=False))
-    ddp = types.SimpleNamespace(module=module, parameters_to_ignore=["1.running_mean"], broadcast_buffers=False)
-    record = json.loads(buffer_record(ddp))
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from gctestbed.worker import buffer_record, local_buffers
+
+    def module():
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4, affine=False))
+    told = module()
+    DDP._set_params_and_buffers_to_ignore_for_model(told, ["1.running_mean"])
+    record = json.loads(buffer_record(DDP(told, **local_buffers())))
     assert record == {"broadcast": False, "buffers": [["1.running_var", [4], "float32"], ["1.num_batches_tracked", [], "int64"]]}
-    ddp = types.SimpleNamespace(module=module, forward_sync_buffers=True, broadcast_buffers=False)
-    assert json.loads(buffer_record(ddp))["broadcast"] is True and len(json.loads(buffer_record(ddp))["buffers"]) == 3
+    record = json.loads(buffer_record(DDP(module())))        # DDP's default: rank 0's buffers before every forward
+    assert record["broadcast"] is True and [b[0] for b in record["buffers"]] == \
+        ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
 
 
 def test_install_does_nothing_outside_gctestbed(monkeypatch):
