@@ -186,7 +186,9 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
         on_done: Callable[[Cell, results.RunSummary], None] = lambda c, s: None) -> dict[str, float]:
     """Run ``cells`` of sweep ``name`` in order, each on the network of the cells before it where
     it fits (``grid.keep``, launch/kept.py). Ctrl-C (runner.Interrupted or KeyboardInterrupt)
-    marks the current cell interrupted and propagates; the store stays resumable."""
+    marks the current cell interrupted and propagates; the store stays resumable. What the cells
+    shared and could not remove is an error where the cells raised none, and a note on the error
+    where they did (as launch.kept.kept_for)."""
     conn = results.connect(grid.results_dir)
     kept = KeptNetwork() if grid.keep and grid.launcher != "slurm" else None
     hosts = _Hosts(grid, cells) if grid.launcher == "slurm" else None
@@ -210,20 +212,30 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             counts[summary.status] += 1
             current = None
             on_done(cell, summary)
-    except (runner.Interrupted, KeyboardInterrupt) as e:
-        if current is not None:
-            results.mark_cell(conn, name, current.key, current.repeat, "interrupted", getattr(e, "run_id", None))
+    except BaseException as e:
+        try:
+            if current is not None and isinstance(e, (runner.Interrupted, KeyboardInterrupt)):
+                results.mark_cell(conn, name, current.key, current.repeat, "interrupted", getattr(e, "run_id", None))
+        finally:
+            if problems := _release(conn, kept, hosts, counts):      # told beside the error, not instead of it
+                e.add_note(LEFT + "; ".join(problems))
         raise
-    finally:
-        conn.close()
-        laps = Laps()
-        problems = (kept.close() if kept is not None else []) + (hosts.close() if hosts is not None else [])
-        if kept is not None:
-            counts["kept_teardown_s"] = laps.lap()
-    if problems:
-        raise RuntimeError("what the sweep kept (its network, fork server or Slurm allocation) could not all be removed "
-                           "(run 'gctestbed clean'): " + "; ".join(problems))
+    if problems := _release(conn, kept, hosts, counts):
+        raise RuntimeError(LEFT + "; ".join(problems))
     return counts
+
+
+LEFT = "what the sweep kept (its network, fork server or Slurm allocation) could not all be removed (run 'gctestbed clean'): "
+
+
+def _release(conn, kept: KeptNetwork | None, hosts: _Hosts | None, counts: dict) -> list[str]:
+    """Close the store and what the cells shared; what could not be removed."""
+    conn.close()
+    laps = Laps()
+    problems = (kept.close() if kept is not None else []) + (hosts.close() if hosts is not None else [])
+    if kept is not None:
+        counts["kept_teardown_s"] = laps.lap()
+    return problems
 
 
 class _Hosts:

@@ -6,6 +6,7 @@ nothing is left when the sweep ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from gctestbed import flags, results, runner, sweep
 from gctestbed.launch import forkserver
-from gctestbed.launch.kept import COUNTERS, KeptNetwork
+from gctestbed.launch.kept import COUNTERS, kept_for
 from gctestbed.net import topology
 from gctestbed.net.cable import Cable
 from helpers import SMALL, leftovers, show
@@ -124,21 +125,21 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     _no_ledgers(state_dir)
 
 
-def _cells(kept: KeptNetwork | None, specs) -> list[dict]:
-    """Run ``specs`` one after another, on ``kept`` (closed afterwards, pass or fail) or each on a
-    network of its own; each run's ``show --json`` with its rows. Afterwards nothing of theirs is
-    left: no ledger, and nothing named for a run, the kept network or the fork server (other tests'
-    and users' runs on this machine are not looked at)."""
+def _cells(keep: bool, specs) -> list[dict]:
+    """Run ``specs`` one after another, on one kept network (``keep``: kept_for's, which removes it,
+    pass or fail, and fails on what it could not remove) or each on a network of its own; each
+    run's ``show --json`` with its rows. Afterwards nothing of theirs is left: no ledger, and
+    nothing named for a run, the kept network or the fork server (other tests' and users' runs on
+    this machine are not looked at)."""
     done, owners = [], []
-    try:
-        for spec in specs:
-            summary = runner.run(spec, kept=kept)
-            assert summary.status == "ok", summary.error
-            done.append(summary.run_id)
-    finally:
-        owners = [f[:-len(".json")] for f in os.listdir(os.environ["GCTESTBED_STATE_DIR"]) if f.endswith(".json")]
-        problems = kept.close() if kept is not None else []
-    assert problems == []
+    with kept_for("the test") if keep else contextlib.nullcontext() as kept:
+        try:
+            for spec in specs:
+                summary = runner.run(spec, kept=kept)
+                assert summary.status == "ok", summary.error
+                done.append(summary.run_id)
+        finally:
+            owners = [f[:-len(".json")] for f in os.listdir(os.environ["GCTESTBED_STATE_DIR"]) if f.endswith(".json")]
     assert [f for f in os.listdir(os.environ["GCTESTBED_STATE_DIR"]) if f.endswith(".json")] == []
     assert [x for i in done + owners for x in leftovers(i)] == []
     results_dir = specs[0].results_dir
@@ -179,8 +180,8 @@ def test_a_kept_cell_measures_the_same_whether_it_runs_first_or_third(tmp_path, 
                                 calibrate=False, results_dir=str(tmp_path), **kw)
     x = cell(bw="200mbit", latency="3ms", jitter="2ms")
     y = cell(bw="1gbit", latency="8ms", jitter="5ms", compressor="fp16")
-    first, other, third = _cells(KeptNetwork(), [x, y, x])
-    [fresh] = _cells(None, [x])
+    first, other, third = _cells(True, [x, y, x])
+    [fresh] = _cells(False, [x])
     kept = [r["environment"]["shaping"]["kept_network"] for r in (first, other, third)]
     assert len({k["ledger"] for k in kept}) == 1 and [k["cell"] for k in kept] == [1, 2, 3]   # re-shaped, not rebuilt
     # the record at the start: the same settings and counts (none yet), not the cells before it
@@ -225,8 +226,8 @@ def test_a_kept_cell_at_a_link_bound_rate_steps_as_a_fresh_one(tmp_path, state_d
     def cell(bw):
         return flags.build_spec(workload=SMALL, batch_size="16", nodes="2", steps="8", bw=bw, calibrate=False,
                                 results_dir=str(tmp_path))
-    _, kept = _cells(KeptNetwork(), [cell("1gbit"), cell("100mbit")])
-    [fresh] = _cells(None, [cell("100mbit")])
+    _, kept = _cells(True, [cell("1gbit"), cell("100mbit")])
+    [fresh] = _cells(False, [cell("100mbit")])
     assert kept["environment"]["shaping"]["kept_network"]["cell"] == 2
     k, f = statistics.median(_steps_s(kept)), statistics.median(_steps_s(fresh))
     # link-bound: what rank 0 sends in a step, at the rate, is most of the fresh cell's step

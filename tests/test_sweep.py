@@ -199,6 +199,29 @@ def test_a_slurm_sweep_takes_its_cells_to_gctestbed_node_as_typed(tmp_path):
         sweep.plan(sweep.Grid(axes=g.axes, launcher="slurm", cpus_per_node="0.5", results_dir=str(tmp_path)))
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_what_the_kept_network_left_is_told_beside_a_cells_error(tmp_path, monkeypatch, stop):
+    """A cell that raises still closes the kept network; what that could not remove is a note on
+    the cell's error (not lost with it, not in its place), and an interrupted cell is marked so."""
+    from gctestbed import runner
+    from gctestbed.launch.kept import KeptNetwork
+
+    def broken(spec, kept=None):
+        raise stop("cell broke")
+    monkeypatch.setattr(runner, "run", broken)
+    monkeypatch.setattr(KeptNetwork, "close", lambda self: ["namespace gct-x-n0"])
+    g = _grid(tmp_path, bw=["1gbit"], compressor=["none"])
+    g.repeat, g.keep = 1, True
+    cells = sweep.plan(g)
+    with pytest.raises(stop, match="cell broke") as e:
+        sweep.run(g, "s", cells)
+    assert any("gct-x-n0" in n and "gctestbed clean" in n for n in getattr(e.value, "__notes__", [])), e.value
+    if stop is KeyboardInterrupt:
+        conn = results.connect(str(tmp_path))
+        assert results.cell_status(conn, "s", cells[0].key, 0) == "interrupted"
+        conn.close()
+
+
 def test_a_resumed_slurm_sweep_gives_the_interrupted_cell_a_fresh_rendezvous_port(tmp_path, monkeypatch):
     """srun faked (launch/slurm.py's subprocess): the first step is interrupted, the sweep resumed;
     no step, the interrupted one's retry included, takes a port an earlier step took."""
