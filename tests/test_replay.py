@@ -127,11 +127,9 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
     # (the column emptied) gives the same from the model built again
     from gctestbed import results, trace as tracing
     conn = results.connect(str(tmp_path / "real"))
-    rebuild, tracing._buffers = tracing._buffers, None      # with the record there, no model is built again
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tracing, "_buffers", None)          # with the record there, no model is built again
         assert tracing.extract(conn, results.find_run(conn, None)["run_id"])["buffers"] == buffers
-    finally:
-        tracing._buffers = rebuild
     conn.execute("UPDATE nodes SET buffers = NULL")
     old = tracing.extract(conn, results.find_run(conn, None)["run_id"])
     conn.close()
