@@ -45,26 +45,37 @@ def kept_runs(limit_s: int = 600):
     to cells on networks of their own, and sweeps run dilated, replayed, CPU-capped and
     native-kernel cells this way): for tests of what a run computes, not of a lone run's own
     start. Yields ``run(**flags) -> run id`` (flags as typed: strings; calibration off), which
-    fails the test on a run that did not end ok or took over ``limit_s`` (the run torn down, as
-    the CLI's subprocess timeout did); the network is removed afterwards, pass or fail. Ctrl-C
-    stops the test session, as it does around a subprocess."""
+    fails the test on a run that did not end ok or took over ``limit_s`` (then SIGTERM tears the
+    run down, as Ctrl-C would, and the test gets TimeoutError; checked by hand: a 3 s limit ended
+    a 200-step run after 3.2 s with nothing left); the network is removed afterwards, pass or
+    fail. Ctrl-C or SIGTERM from outside stops the test session, as around a subprocess."""
     from gctestbed import flags, runner
     from gctestbed.launch.kept import kept_for
 
-    def too_long(signum, frame):
-        raise TimeoutError(f"a run took over {limit_s} s")
-
     def run(**typed) -> str:
         spec = flags.build_spec(calibrate=False, **typed)
-        before = signal.signal(signal.SIGALRM, too_long)
+        late = []
+
+        def too_long(signum, frame):          # stop the run as Ctrl-C would: runner.run tears it down
+            late.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        def stopped(signum, frame):           # a SIGTERM outside runner.run's own handler
+            raise TimeoutError(f"a run took over {limit_s} s") if late else KeyboardInterrupt
+        before = {s: signal.signal(s, h) for s, h in ((signal.SIGALRM, too_long), (signal.SIGTERM, stopped))}
         signal.alarm(limit_s)
         try:
             summary = runner.run(spec, kept=kept)
         except runner.Interrupted:
+            if late:
+                raise TimeoutError(f"a run took over {limit_s} s (torn down)") from None
             raise KeyboardInterrupt from None
         finally:
             signal.alarm(0)
-            signal.signal(signal.SIGALRM, before)
+            for s, h in before.items():
+                signal.signal(s, h)
+        if late:                              # the limit passed during teardown, where signals are ignored
+            raise TimeoutError(f"a run took over {limit_s} s (torn down)")
         assert summary.status == "ok", summary.error
         return summary.run_id
 
