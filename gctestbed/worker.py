@@ -161,8 +161,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 device_ids=[device.index] if device.type == "cuda" else None, process_group=workers)
     compressor = compress.for_run(spec)
     if work.codec:                               # a replay's recorded payloads stand in for the method's
-        # (over parameter servers the workers decode dense pulls, never a gathered payload: nothing to time)
-        compressor = recorded.RecordedCodec(compressor, **work.codec, world=None if spec.servers else spec.nodes)
+        compressor = recorded.for_run(compressor, work.codec, spec)
     averaging = local.averaging(spec, list(model.parameters()))
     exchange = ps.ServerExchange(spec, [n for n, _ in model.named_parameters()]) if spec.servers else averaging and averaging.exchange()
     comm = hook.install(model, compressor, process_group=workers, serial=serial, exchange=exchange)

@@ -107,6 +107,22 @@ def test_a_gathered_decode_is_scaled_by_the_methods_own_law_and_a_summed_one_is_
     assert variance.decode_seconds(rec, bucket) == 2.0 * 0.01 / 2 * 8 / 2
 
 
+
+def test_a_replay_over_parameter_servers_scales_no_decode_to_its_peers():
+    """Over parameter servers the workers decode dense pulls, never the peers' payloads: the codec a
+    run makes gets no peer count there, and times nothing; over a ring it gets the run's nodes and
+    times each bucket when it is made (planted: the run's nodes given over servers too fails)."""
+    from gctestbed import flags
+    from gctestbed.compress import recorded
+    slow = _Slow()
+    slow.options = None
+    rec = _record(decode_s=0.01, rounds=2, reduce_calls=0, reduce_bytes=0, gather_calls=2, gather_bytes=32, layout=0)
+    codec = {"buckets": {(3, 0): rec}, "recorded_world": 2, "shapes": {0: [[100]]}}
+    ring = recorded.for_run(slow, codec, flags.build_spec(nodes="8", calibrate=False))
+    assert list(ring._peer_scales) == [(0, 8, 1000, 6)]
+    servers = recorded.for_run(slow, codec, flags.build_spec(nodes="8", comm="ps:servers=1", calibrate=False))
+    assert servers._peer_scales == {}
+
 @pytest.mark.compiler
 def test_decode_time_sees_that_dgc_barely_grows_with_the_peers_and_reference_two_bit_does():
     """From the decodes' structure, not the codec: DGC's native kernel adds every peer's 1 % of

@@ -46,6 +46,7 @@ import torch
 
 from ..timing import Waiter, now
 from .base import DESCRIBES, Bucket, Compressor, Payload, seeded
+from ..spec import RunSpec
 
 REPEATS = 5         # timings of a decode, of which the best counts (one descheduled run must not)
 
@@ -71,6 +72,13 @@ def rounds_of(record: dict[str, Any]) -> list[dict[str, list[tuple[torch.dtype, 
         share = record["gather_bytes"] // gathers + (1 if i < record["gather_bytes"] % gathers else 0)
         rounds[max(0, n_rounds - gathers + i)]["gather"].append((torch.uint8, share))
     return rounds
+
+
+def for_run(method: Compressor, codec: dict[str, Any], spec: RunSpec) -> RecordedCodec:
+    """The codec a replayed rank of ``spec`` runs in place of ``method`` (``codec``: the replay
+    workload's arguments for it). Its decode is scaled to this run's peers over a ring; over
+    parameter servers the workers decode dense pulls, never a gathered payload: nothing to scale."""
+    return RecordedCodec(method, **codec, world=None if spec.servers else spec.nodes)
 
 
 class RecordedCodec(Compressor):
