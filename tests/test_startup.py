@@ -1,6 +1,6 @@
 """Commands that train nothing start without importing torch, and those that draw nothing without
 matplotlib: before, every call took 3 to 4 s here, most of it torch's import. Checked here:
---help, ls, show --json, report, claims list and report, exec, down, clean, and trace record, show
+--help, ls, show --json, report, claims list and report, exec, down, clean, and trace record, import, show
 and chrome (docs/performance.md, "A command's own start-up")."""
 
 from __future__ import annotations
@@ -94,11 +94,15 @@ def _one_rank_run(results_dir: str) -> None:
 
 
 def test_the_trace_commands_never_import_torch(tmp_path, state_dir, single_rank_group):
-    """trace record (of a run whose store holds its buffer record), show and chrome."""
+    """trace record (of a run whose store holds its buffer record), import (of a torch.profiler
+    trace), show and chrome."""
     results_dir = str(tmp_path / "results")
     _one_rank_run(results_dir)
     path = str(tmp_path / "one.json.gz")
+    from test_profiler_import import _profile
+    _profile(tmp_path / "profile.json")
     for args in (["trace", "record", "--results", results_dir, "-o", path], ["trace", "show", path, "--json"],
+                 ["trace", "import", str(tmp_path / "profile.json"), "-o", str(tmp_path / "imported.json")],
                  ["trace", "chrome", "--results", results_dir, "-o", str(tmp_path / "run.json")],
                  ["trace", "chrome", path, "-o", str(tmp_path / "trace.json")]):
         proc = _without_torch(tmp_path, *args, matplotlib=False)

@@ -392,9 +392,15 @@ def cluster_table(state) -> Table:
 def trace_table(about: dict) -> Table:
     """``gctestbed trace show``: one row per rank, medians over its steps after the first."""
     job, rec = about["job"], about["recorded"]
-    table = Table(title=f"trace v{about['version']} of run {rec['run_id']}: {job['compressor']} on {job['workload']} "
-                        f"({about['parameters']} parameters, {about['elements']:,} elements), {job['nodes']} nodes, "
-                        f"{job['mode']}; recorded on {rec['host']} ({rec['cpus']} CPUs, {rec['device']}, torch {rec['torch']})")
+    if rec.get("source") == "torch.profiler":        # a user's own job, profiled (profiler_import): no run, no model
+        title = (f"trace v{about['version']} imported from torch.profiler ({', '.join(rec['files'])}): DDP's all-reduce, "
+                 f"{about['parameters']} buckets of {about['elements']:,} elements, {job['nodes']} ranks; profiled on "
+                 f"{rec['host']} ({rec['device']}, {rec['backend']})")
+    else:
+        title = (f"trace v{about['version']} of run {rec['run_id']}: {job['compressor']} on {job['workload']} "
+                 f"({about['parameters']} parameters, {about['elements']:,} elements), {job['nodes']} nodes, "
+                 f"{job['mode']}; recorded on {rec['host']} ({rec['cpus']} CPUs, {rec['device']}, torch {rec['torch']})")
+    table = Table(title=title)
     for col in ("rank", "steps", "step", "compute", "optimizer", "encode", "decode", "buckets", "bytes sent"):
         table.add_column(col, justify="right")
     for r in about["ranks"]:

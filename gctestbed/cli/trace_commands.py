@@ -1,4 +1,4 @@
-"""trace record, show and chrome: a run's compute and communication as a file to keep and share, and
+"""trace record, import, show and chrome: a run's compute and communication as a file to keep and share, and
 as a timeline to look at (docs/replay.md)."""
 
 from __future__ import annotations
@@ -38,6 +38,21 @@ def record(run_id, results_dir, path):
                   f"{about['ranks'][0]['steps']} steps, {about['parameters']} parameters -> {path}")
 
 
+@trace.command(name="import")
+@click.argument("profiles", nargs=-1, required=True, metavar="PROFILE...")
+@click.option("-o", "--out", "path", required=True, help="Trace file to write (.json, or .json.gz to compress it).")
+def import_(profiles, path):
+    """Write a trace from torch.profiler Chrome traces of a DDP job (one per rank, any of its
+    ranks; profiled with record_shapes=True), to replay where the job cannot run: its buckets,
+    their ready times, forward and optimizer times (docs/replay.md, "A torch.profiler trace")."""
+    from .. import profiler_import
+    data = profiler_import.convert([(p, profiler_import.load_profile(p)) for p in profiles])
+    tracefile.save(data, path)
+    about = trace_.describe(data)
+    console.print(f"trace of {len(profiles)} profiled rank(s) of a {data['job']['nodes']}-rank job: "
+                  f"{about['ranks'][0]['steps']} steps, {about['parameters']} buckets of {about['elements']} elements -> {path}")
+
+
 @trace.command()
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
@@ -75,6 +90,6 @@ def chrome(source, results_dir, path):
             json.dump(out, f, separators=(",", ":"))
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}.") from None
-    console.print(f"Chrome trace of run {data['recorded']['run_id']}: {len(data['ranks'])} ranks, "
+    console.print(f"Chrome trace of {('run ' + data['recorded']['run_id']) if data['recorded'].get('run_id') else 'the imported profile'}: {len(data['ranks'])} ranks, "
                   f"{len(out['traceEvents'])} events -> {path} (open it in ui.perfetto.dev or chrome://tracing)"
                   + (f"; dilated x{dilate:g}: its times are this host's, {dilate:g} times the emulated ones" if dilate != 1 else ""))

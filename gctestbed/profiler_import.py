@@ -1,0 +1,192 @@
+"""A torch.profiler trace of a user's own DDP job, turned into a gctestbed trace to replay.
+
+A job profiled where its model runs (``torch.profiler.profile(record_shapes=True)``, one Chrome
+trace per rank from ``export_chrome_trace``) holds what a replay needs of it: each step's
+``DistributedDataParallel.forward`` (where a step starts), every ``c10d::allreduce_`` DDP issued
+in backward (when a bucket was ready, and how many elements it held), the collective the process
+group then ran (``gloo:all_reduce`` or ``nccl:all_reduce``: its dtype, and when it finished), the
+``c10d::broadcast_`` of the model's buffers in each forward, and the optimizer's
+``Optimizer.step#...``. It does not hold the model's parameters, so the trace gets one parameter
+per bucket, of the bucket's size: a replay's DDP then forms the profiled buckets (``bucket_cap_mb``
+set so that each parameter closes a bucket of its own) and sends the profiled bytes when backward
+released them. The method is DDP's own all-reduce (``none``): a job whose comm hook compressed its
+buckets is refused where its collectives do not carry its buckets' sizes, and otherwise replayed
+as the sizes it sent. Why here and not the run recorder: the job runs without gctestbed, on the
+machine that has the model (a GPU cluster), and only the file travels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from typing import Any
+
+from .spec import UserError
+from .tracefile import FORMAT, VERSION
+
+# how the profiler names a tensor's element type (its "Input type"), as torch names the dtype
+DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+          "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
+SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1,
+         "int8": 1}
+FIRST_BUCKET_BYTES = 1024 * 1024     # DDP's cap on the first bucket it rebuilds (torch.distributed's default)
+
+
+def load_profile(path: str) -> dict[str, Any]:
+    """A Chrome trace written by torch.profiler (``.json`` or ``.json.gz``); one UserError otherwise."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read profile {path}: {getattr(e, 'strerror', None) or e}.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise UserError(f"{path} is not a Chrome trace of torch.profiler (no traceEvents).")
+    return data
+
+
+def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One gctestbed trace from the profiles of one job's ranks (``(path, profile)`` each, any
+    subset of the ranks: a replay's rank r replays the r mod p-th given). One UserError, naming
+    the file, where a profile lacks what a replay needs."""
+    ranks = sorted((_rank(path, prof) for path, prof in profiles), key=lambda r: r["rank"])
+    if len({r["rank"] for r in ranks}) != len(ranks):
+        raise UserError("two profiles are of the same rank: give one profile per rank.")
+    structure = ranks[0]["structure"]
+    for r in ranks[1:]:
+        if r["structure"] != structure:
+            raise UserError(f"{r['path']} exchanged other buckets than {ranks[0]['path']} ({_sizes(r['structure'])} against "
+                            f"{_sizes(structure)} elements): the profiles are not of one job.")
+    names = [f"module.bucket{i}" for i in range(len(structure))]      # bucket i: the i-th backward released
+    params = [[name, [numel]] for name, (numel, _) in reversed(list(zip(names, structure)))]   # the model's order
+    smallest = min(numel * SIZES[dtype] for numel, dtype in structure)
+    # each parameter closes a bucket of its own: DDP closes one once it holds the cap (the first, FIRST_BUCKET_BYTES)
+    if len(structure) > 1 and structure[0][0] * SIZES[structure[0][1]] < FIRST_BUCKET_BYTES:
+        raise UserError(f"{ranks[0]['path']}: the first bucket backward released holds "
+                        f"{structure[0][0] * SIZES[structure[0][1]]} bytes, under DDP's first-bucket cap of "
+                        f"{FIRST_BUCKET_BYTES}: a replay's DDP would join it to the next.")
+    if {dtype for _, dtype in structure} != {"float32"}:
+        raise UserError(f"{ranks[0]['path']}: its buckets are {', '.join(sorted({d for _, d in structure}))}; "
+                        "a replay's parameters are float32.")
+    layouts = {"0": [list(p) for p in params], **{str(i + 1): [[name, [numel]]]
+                                                  for i, (name, (numel, _)) in enumerate(zip(names, structure))}}
+    total = sum(numel for numel, _ in structure)
+    out_ranks = []
+    for r in ranks:
+        steps = []
+        for k, step in enumerate(r["steps"]):
+            whole = len(step["buckets"]) == 1 and len(structure) > 1          # DDP's first step: one bucket of everything
+            buckets = []
+            for i, b in enumerate(step["buckets"]):
+                numel = total if whole else structure[i][0]
+                buckets.append({"seq": i, "bucket": i, "layout": 0 if whole else i + 1, "numel": numel, "sent": None,
+                                "rounds": 1, "reduce_calls": 1, "gather_calls": 0, "reduce_bytes": numel * 4,
+                                "gather_bytes": 0, "ready_s": b["ready_s"], "encode_s": 0.0, "decode_s": 0.0,
+                                "start_s": b["ready_s"], "done_s": b["done_s"],
+                                "payloads": [{"reduce": [["float32", numel]], "gather": []}]})
+            steps.append({"step": k, **{key: step[key] for key in ("step_s", "compute_s", "forward_s", "optim_s")},
+                          "encode_s": 0.0, "decode_s": 0.0, "comm_s": None, "sync_s": None, "buckets": buckets})
+        out_ranks.append({"rank": r["rank"], "steps": steps})
+    first = ranks[0]
+    return {
+        "format": FORMAT, "version": VERSION,
+        "recorded": {"run_id": None, "source": "torch.profiler", "files": [os.path.basename(r["path"]) for r in ranks],
+                     "created_at": first["created_at"], "host": first["host"], "cpu": None, "cpus": None, "torch": None,
+                     "gctestbed": None, "launcher": None, "device": "cuda" if first["backend"] == "nccl" else "cpu",
+                     "backend": first["backend"]},
+        "job": {"compressor": "none", "compressor_options": {}, "workload": "profile", "workload_options": {},
+                "nodes": first["world_size"], "batch_size": None, "bucket_cap_mb": smallest / 2 ** 20, "mode": "overlap",
+                "comm": "allreduce", "comm_options": {}, "optimizer": first["optimizer"], "bw_bps": None,
+                "latency_s": None, "steps": min(len(r["steps"]) for r in ranks), "dilate": 1},
+        "parameters": params,
+        "buffers": first["buffers"],
+        "broadcast_buffers": bool(first["buffers"]),
+        "layouts": {str(i): layouts for i in range(len(ranks))},
+        "ranks": [{**r, "rank": i} for i, r in enumerate(out_ranks)],
+    }
+
+
+def _sizes(structure: list[tuple[int, str]]) -> str:
+    return ", ".join(str(n) for n, _ in structure)
+
+
+def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
+    """One rank's steps, buckets and buffers, read from its profile's events."""
+    events = sorted((e for e in prof["traceEvents"] if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
+    forwards = [e for e in events if e["name"] == "DistributedDataParallel.forward"]
+    if len(forwards) < 2:
+        raise UserError(f"{path} holds {len(forwards)} DDP forward passes: profile two steps or more of a "
+                        "DistributedDataParallel model.")
+    issued = [e for e in events if e["name"] == "c10d::allreduce_"]
+    ran = [e for e in events if e["name"] in ("gloo:all_reduce", "nccl:all_reduce")]
+    if issued and not _dims(issued[0]):
+        raise UserError(f"{path} was profiled without the tensors' shapes: profile with record_shapes=True.")
+    done = {}              # each issued all-reduce's own run on the process group's thread, matched in order
+    if len(ran) == len(issued) and all(_numel(a) == _numel(b) for a, b in zip(issued, ran)):
+        done = {id(a): b for a, b in zip(issued, ran)}
+    steps = []
+    for k, fwd in enumerate(forwards):
+        start, end = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
+        # a bucket's ready time counts from the model's own forward, after DDP's broadcasts (as the
+        # replay's model counts it, and gctestbed's hook records it)
+        origin = max([start] + [e["ts"] + e["dur"] for e in events if e["name"] == "c10d::broadcast_"
+                                and start <= e["ts"] <= start + fwd["dur"]])
+        mine = [e for e in issued if start <= e["ts"] < end]
+        if not mine:
+            raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
+                            "or no_sync): nothing to replay.")
+        optim = [e for e in events if e["name"].startswith("Optimizer.step#") and start <= e["ts"] < end]
+        last = max([e["ts"] + e["dur"] for e in optim] + [done[id(e)]["ts"] + done[id(e)]["dur"] for e in mine if id(e) in done]
+                   + [e["ts"] + e["dur"] for e in mine])
+        steps.append({
+            "step_s": ((end if end != math.inf else last) - start) / 1e6,
+            "compute_s": ((optim[0]["ts"] if optim else last) - start) / 1e6,
+            "forward_s": (start + fwd["dur"] - origin) / 1e6,
+            "optim_s": sum(e["dur"] for e in optim) / 1e6 if optim else None,
+            "buckets": [{"numel": _numel(e), "dtype": _dtype(done.get(id(e))),
+                         "ready_s": (e["ts"] - origin) / 1e6,
+                         "done_s": (done[id(e)]["ts"] + done[id(e)]["dur"] - origin) / 1e6 if id(e) in done else None}
+                        for e in mine]})
+    later = [tuple((b["numel"], b["dtype"]) for b in s["buckets"]) for s in steps[1:]]
+    if len(set(later)) > 1:
+        raise UserError(f"{path}: its steps exchanged different buckets ({'; '.join(_sizes(list(s)) for s in sorted(set(later)))} "
+                        "elements): a replay repeats one bucket layout.")
+    structure = list(later[0])
+    total = sum(n for n, _ in structure)
+    first = tuple((b["numel"], b["dtype"]) for b in steps[0]["buckets"])
+    if first != later[0] and not (len(first) == 1 and first[0][0] == total):
+        raise UserError(f"{path}: its first step exchanged {_sizes(list(first))} elements, neither the later steps' buckets "
+                        "nor one bucket of the whole model.")
+    info = prof.get("distributedInfo") or {}
+    fwd_last = forwards[-1]
+    casts = [e for e in events if e["name"] == "c10d::broadcast_" and fwd_last["ts"] <= e["ts"] <= fwd_last["ts"] + fwd_last["dur"]]
+    sent = [e for e in events if e["name"] in ("gloo:broadcast", "nccl:broadcast") and e["ts"] >= fwd_last["ts"]]
+    buffers = [[f"buffer{i}", [_numel(e)], _dtype(sent[i] if i < len(sent) and _numel(sent[i]) == _numel(e) else None)]
+               for i, e in enumerate(casts)]
+    optim_names = {e["name"].split("#", 1)[1].split(".")[0].lower() for e in events if e["name"].startswith("Optimizer.step#")}
+    return {"path": path, "rank": int(info.get("rank", 0)), "world_size": int(info.get("world_size", 1)),
+            "backend": info.get("backend"), "host": prof.get("host_name"),
+            "created_at": (prof["baseTimeNanoseconds"] / 1e9) if prof.get("baseTimeNanoseconds") else None,
+            "optimizer": optim_names.pop() if len(optim_names) == 1 else None,
+            "steps": steps, "structure": structure, "buffers": buffers}
+
+
+def _dims(e: dict[str, Any]) -> list[int] | None:
+    """The first tensor's shape of an event's inputs (a tensor list's first tensor)."""
+    dims = (e.get("args") or {}).get("Input Dims") or []
+    first = dims[0] if dims else None
+    while isinstance(first, list) and first and isinstance(first[0], list):
+        first = first[0]
+    return first if isinstance(first, list) and first else None
+
+
+def _numel(e: dict[str, Any]) -> int:
+    return math.prod(_dims(e) or [0])
+
+
+def _dtype(e: dict[str, Any] | None) -> str:
+    """The dtype of a process group's collective's tensor (float32 where the profile does not say)."""
+    types = ((e or {}).get("args") or {}).get("Input type") or []
+    return DTYPES.get(types[0], "float32") if types else "float32"

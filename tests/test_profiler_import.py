@@ -1,0 +1,138 @@
+"""A torch.profiler trace of a DDP job, imported as a trace (gctestbed/profiler_import.py).
+
+The job is profiled here for real (one rank, Gloo) with known pauses in its forward and
+backward (helpers.PausedChain) and a known optimizer pause; the imported times are held against
+those pauses, and the buckets against sizes worked by hand from the layers, not against the code."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from gctestbed import profiler_import, trace, tracefile
+from gctestbed.spec import UserError
+from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed
+
+OPTIM_S = 0.02
+FIRST = 64 * 256 + 256           # the first layer's elements: the bucket backward releases last
+SECOND = 256 * 1025 + 1025       # the second's (over DDP's 1 MiB first-bucket cap): released first
+
+
+def _profile(path, steps: int = 3, record_shapes: bool = True, batch_norm: bool = False) -> None:
+    """Profile ``steps`` steps of a one-rank DDP job and write its Chrome trace to ``path``."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.profiler import ProfilerActivity, profile
+    first = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.BatchNorm1d(256, affine=False)) if batch_norm \
+        else torch.nn.Linear(64, 256)
+    model = DDP(PausedChain(first, torch.nn.Linear(256, 1025)), bucket_cap_mb=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes) as prof:
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.rand(8, 64)).sum().backward()
+            time.sleep(OPTIM_S)                 # inside the step: between backward and the optimizer
+            opt.step()
+    prof.export_chrome_trace(str(path))
+
+
+def test_a_profiled_ddp_job_imports_as_its_buckets_and_their_times(single_rank_group, tmp_path):
+    _profile(tmp_path / "p.json")
+    data = profiler_import.convert([(str(tmp_path / "p.json"), profiler_import.load_profile(str(tmp_path / "p.json")))])
+    steps = data["ranks"][0]["steps"]
+    assert len(steps) == 3 and data["job"]["nodes"] == 1 and data["job"]["optimizer"] == "sgd"
+    # DDP's first step: one bucket of the whole model; later: the second layer's bucket, then the first's
+    assert [(b["layout"], b["numel"]) for b in steps[0]["buckets"]] == [(0, FIRST + SECOND)]
+    for s in steps[1:]:
+        assert [(b["layout"], b["numel"], b["reduce_bytes"]) for b in s["buckets"]] == \
+            [(1, SECOND, 4 * SECOND), (2, FIRST, 4 * FIRST)]
+        second_at, first_at = (b["ready_s"] for b in s["buckets"])
+        # held against the pauses: the second layer's gradients come after the forward's pause, the
+        # first's a backward pause later; the forward is its pause; the optimizer waits after backward
+        assert FORWARD_S <= s["forward_s"] < FORWARD_S + BACKWARD_S / 2, s["forward_s"]
+        assert FORWARD_S <= second_at < FORWARD_S + BACKWARD_S, second_at
+        assert first_at - second_at >= BACKWARD_S, (first_at, second_at)
+        assert s["compute_s"] >= first_at + OPTIM_S and s["step_s"] >= s["compute_s"] + s["optim_s"]
+        assert all(b["done_s"] >= b["ready_s"] for b in s["buckets"])
+    # one parameter per bucket, in the model's order, each closing a bucket of its own in a replay's DDP
+    assert data["parameters"] == [["module.bucket1", [FIRST]], ["module.bucket0", [SECOND]]]
+    assert data["job"]["bucket_cap_mb"] * 2 ** 20 <= 4 * FIRST
+    assert data["buffers"] == [] and data["broadcast_buffers"] is False
+    # a trace like a recorded one: saved, loaded, described, drawn
+    tracefile.save(data, str(tmp_path / "t.json.gz"))
+    about = trace.describe(tracefile.load(str(tmp_path / "t.json.gz")))
+    assert about["elements"] == FIRST + SECOND and about["ranks"][0]["bytes"] == 4 * (FIRST + SECOND)
+
+
+def test_each_ranks_profile_is_a_rank_of_the_trace(single_rank_group, tmp_path):
+    """Two ranks' files (one profile given rank 1 of 2 by hand: one process here) make a trace of
+    two ranks in rank order, whichever order they are given in; one rank twice is refused."""
+    _profile(tmp_path / "p.json")
+    prof = profiler_import.load_profile(str(tmp_path / "p.json"))
+    ranks = [json.loads(json.dumps(prof)) for _ in range(2)]
+    for r, p in enumerate(ranks):
+        p["distributedInfo"] = {**p.get("distributedInfo", {}), "rank": r, "world_size": 2}
+    data = profiler_import.convert([("r1.json", ranks[1]), ("r0.json", ranks[0])])
+    assert data["job"]["nodes"] == 2 and data["recorded"]["files"] == ["r0.json", "r1.json"]
+    assert [r["rank"] for r in data["ranks"]] == [0, 1] and sorted(data["layouts"]) == ["0", "1"]
+    with pytest.raises(UserError, match="same rank"):
+        profiler_import.convert([("a.json", ranks[0]), ("b.json", ranks[0])])
+
+
+def test_the_models_buffers_are_what_ddp_broadcast_in_every_forward(single_rank_group, tmp_path):
+    """Batch norm's statistics (256 + 256 floats and one int64 count) are broadcast before every
+    forward: the trace holds them as one buffer per broadcast, so a replay sends them too."""
+    _profile(tmp_path / "p.json", batch_norm=True)
+    data = profiler_import.convert([(str(tmp_path / "p.json"), profiler_import.load_profile(str(tmp_path / "p.json")))])
+    assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]] and data["broadcast_buffers"]
+
+
+def test_what_a_profile_cannot_give_is_refused_in_one_sentence(single_rank_group, tmp_path):
+    _profile(tmp_path / "shapeless.json", record_shapes=False)
+    with pytest.raises(UserError, match="record_shapes=True"):
+        profiler_import.convert([(str(tmp_path / "shapeless.json"), profiler_import.load_profile(str(tmp_path / "shapeless.json")))])
+    _profile(tmp_path / "one.json", steps=1)
+    with pytest.raises(UserError, match="two steps or more"):
+        profiler_import.convert([(str(tmp_path / "one.json"), profiler_import.load_profile(str(tmp_path / "one.json")))])
+    (tmp_path / "other.json").write_text(json.dumps({"schemaVersion": 1}))
+    proc = gctestbed("trace", "import", str(tmp_path / "other.json"), "-o", str(tmp_path / "t.json"))
+    assert proc.returncode == 2 and "not a Chrome trace of torch.profiler" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_replay_of_an_imported_profile_sends_its_buckets_when_backward_released_them(single_rank_group, tmp_path, state_dir):
+    """Replayed on 2 nodes, the imported job's buckets are formed by the replay's own DDP (its hook
+    records them), carry the profiled bytes (the kernel's interface counters against the ring's
+    2(p-1)/p x 4 bytes an element), and are released at the profiled ready times (the replay's
+    hook's clock against the profile's)."""
+    import sqlite3
+    import statistics
+    from helpers import kept_runs, show
+    _profile(tmp_path / "p.json", steps=6)
+    path = str(tmp_path / "t.json")
+    assert gctestbed("trace", "import", str(tmp_path / "p.json"), "-o", path).returncode == 0
+    with kept_runs() as run:
+        run(workload=f"replay:trace={path}", nodes="2", bw="1gbit", steps="6", results_dir=str(tmp_path / "replay"))
+        # what a GPU job's trace is replayed with: the recorded payloads and optimizer times
+        run(workload=f"replay:trace={path},codec=recorded,optim=recorded", nodes="2", bw="1gbit", steps="6",
+            results_dir=str(tmp_path / "recorded"))
+    assert show(tmp_path / "recorded")["wire_bytes_per_step"] / (4 * (FIRST + SECOND)) == pytest.approx(1, abs=0.03)
+    conn = sqlite3.connect(tmp_path / "replay" / "gctestbed.sqlite")
+    try:
+        rows = conn.execute("SELECT e.rank, e.step, e.seq, e.ready_s, e.payload_bytes, l.params FROM exchanges e JOIN layouts l "
+                            "ON l.run_id = e.run_id AND l.rank = e.rank AND l.layout = e.layout WHERE e.step >= 2").fetchall()
+    finally:
+        conn.close()
+    assert {(q, b, tuple(name for name, _ in json.loads(p))) for _, _, q, _, b, p in rows} == \
+        {(0, 4 * SECOND, ("module.bucket0",)), (1, 4 * FIRST, ("module.bucket1",))}, rows[:4]
+    profiled = json.loads(open(path).read())["ranks"][0]["steps"]
+    for seq in (0, 1):
+        want = statistics.median(s["buckets"][seq]["ready_s"] for s in profiled[2:])
+        got = statistics.median(t for _, _, q, t, _, _ in rows if q == seq)
+        assert abs(got - want) <= 0.2 * BACKWARD_S, (seq, got, want)
+    wire = show(tmp_path / "replay")["wire_bytes_per_step"]
+    assert 1.0 <= wire / (4 * (FIRST + SECOND)) < 1.03, wire
