@@ -3,16 +3,16 @@
 A job profiled where its model runs (``torch.profiler.profile(record_shapes=True)``, one Chrome
 trace per rank from ``export_chrome_trace``) holds what a replay needs of it: each step's
 ``DistributedDataParallel.forward`` (where a step starts), every ``c10d::allreduce_`` DDP issued
-in backward (when a bucket was ready, and how many elements it held), the collective the process
-group then ran (``gloo:all_reduce`` or ``nccl:all_reduce``: its dtype, and when it finished), the
-``c10d::broadcast_`` of the model's buffers in each forward, and the optimizer's
-``Optimizer.step#...``. It does not hold the model's parameters, so the trace gets one parameter
-per bucket, of the bucket's size: a replay's DDP then forms the profiled buckets (``bucket_cap_mb``
-set so that each parameter closes a bucket of its own) and sends the profiled bytes when backward
-released them. The method is DDP's own all-reduce (``none``): a job whose comm hook compressed its
-buckets is refused where its collectives do not carry its buckets' sizes, and otherwise replayed
-as the sizes it sent. Why here and not the run recorder: the job runs without gctestbed, on the
-machine that has the model (a GPU cluster), and only the file travels.
+in backward (when a bucket was ready, and how many elements it held), the ``gloo:all_reduce`` the
+process group then ran (its dtype, and when it finished), the ``c10d::broadcast_`` of the model's
+buffers in a forward, and the optimizer's ``Optimizer.step#...``. It does not hold the model's
+parameters, so the trace gets one parameter per bucket, of the bucket's size: a replay's DDP then
+forms the profiled buckets (``bucket_cap_mb`` set so that each parameter closes a bucket of its
+own) and sends the profiled bytes when backward released them. The method is DDP's own all-reduce
+(``none``). Gloo jobs only, for now: an NCCL job's CPU-side spans are when work was enqueued, not
+when the GPU did it, and reading its kernels instead has not been checked on a GPU. Why here and
+not the run recorder: the job runs without gctestbed, on the machine that has the model, and only
+the file travels.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10:
           "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
 SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1,
          "int8": 1}
-FIRST_BUCKET_BYTES = 1024 * 1024     # DDP's cap on the first bucket it rebuilds (torch.distributed's default)
 
 
 def load_profile(path: str) -> dict[str, Any]:
@@ -61,12 +60,9 @@ def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                             f"{_sizes(structure)} elements): the profiles are not of one job.")
     names = [f"module.bucket{i}" for i in range(len(structure))]      # bucket i: the i-th backward released
     params = [[name, [numel]] for name, (numel, _) in reversed(list(zip(names, structure)))]   # the model's order
+    # each parameter closes a bucket of its own: DDP closes one once it holds the cap (given a cap, torch
+    # 2.13 holds its first rebuilt bucket to the same cap, not to its default first-bucket 1 MiB)
     smallest = min(numel * SIZES[dtype] for numel, dtype in structure)
-    # each parameter closes a bucket of its own: DDP closes one once it holds the cap (the first, FIRST_BUCKET_BYTES)
-    if len(structure) > 1 and structure[0][0] * SIZES[structure[0][1]] < FIRST_BUCKET_BYTES:
-        raise UserError(f"{ranks[0]['path']}: the first bucket backward released holds "
-                        f"{structure[0][0] * SIZES[structure[0][1]]} bytes, under DDP's first-bucket cap of "
-                        f"{FIRST_BUCKET_BYTES}: a replay's DDP would join it to the next.")
     if {dtype for _, dtype in structure} != {"float32"}:
         raise UserError(f"{ranks[0]['path']}: its buckets are {', '.join(sorted({d for _, d in structure}))}; "
                         "a replay's parameters are float32.")
@@ -77,9 +73,12 @@ def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     for r in ranks:
         steps = []
         for k, step in enumerate(r["steps"]):
-            whole = len(step["buckets"]) == 1 and len(structure) > 1          # DDP's first step: one bucket of everything
+            # a replay's DDP sends its first step as one bucket of the whole model, as the profiled job's did if
+            # its first step was profiled; where it was not (profiled from later, or a job that finds unused
+            # parameters), that bucket is ready when the profiled step's last one was
+            whole = k == 0
             buckets = []
-            for i, b in enumerate(step["buckets"]):
+            for i, b in enumerate(step["buckets"][-1:] if whole else step["buckets"]):
                 numel = total if whole else structure[i][0]
                 buckets.append({"seq": i, "bucket": i, "layout": 0 if whole else i + 1, "numel": numel, "sent": None,
                                 "rounds": 1, "reduce_calls": 1, "gather_calls": 0, "reduce_bytes": numel * 4,
@@ -94,7 +93,7 @@ def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         "format": FORMAT, "version": VERSION,
         "recorded": {"run_id": None, "source": "torch.profiler", "files": [os.path.basename(r["path"]) for r in ranks],
                      "created_at": first["created_at"], "host": first["host"], "cpu": None, "cpus": None, "torch": None,
-                     "gctestbed": None, "launcher": None, "device": "cuda" if first["backend"] == "nccl" else "cpu",
+                     "gctestbed": None, "launcher": None, "device": "cpu",
                      "backend": first["backend"]},
         "job": {"compressor": "none", "compressor_options": {}, "workload": "profile", "workload_options": {},
                 "nodes": first["world_size"], "batch_size": None, "bucket_cap_mb": smallest / 2 ** 20, "mode": "overlap",
@@ -119,13 +118,20 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     if len(forwards) < 2:
         raise UserError(f"{path} holds {len(forwards)} DDP forward passes: profile two steps or more of a "
                         "DistributedDataParallel model.")
+    info = prof.get("distributedInfo") or {}
+    if info.get("backend") == "nccl" or any(e["name"].startswith("nccl:") for e in events):
+        raise UserError(f"{path} is of an NCCL job: not imported yet, because its CPU-side spans (when a bucket's "
+                        "all-reduce was enqueued, when the forward was launched) are not when the GPU computed them, "
+                        "and reading its kernels' times has not been checked on a GPU.")
     issued = [e for e in events if e["name"] == "c10d::allreduce_"]
-    ran = [e for e in events if e["name"] in ("gloo:all_reduce", "nccl:all_reduce")]
+    ran = [e for e in events if e["name"] == "gloo:all_reduce"]
     if issued and not _dims(issued[0]):
         raise UserError(f"{path} was profiled without the tensors' shapes: profile with record_shapes=True.")
-    done = {}              # each issued all-reduce's own run on the process group's thread, matched in order
-    if len(ran) == len(issued) and all(_numel(a) == _numel(b) for a, b in zip(issued, ran)):
-        done = {id(a): b for a, b in zip(issued, ran)}
+    # each issued all-reduce's own run on the process group's thread, matched in order: its dtype and its end
+    if len(ran) != len(issued) or not all(_numel(a) == _numel(b) for a, b in zip(issued, ran)):
+        raise UserError(f"{path}: its {len(issued)} all-reduces issued do not match the {len(ran)} Gloo ran, so their "
+                        "dtypes are unknown (a profile cut inside a step?).")
+    done = {id(a): b for a, b in zip(issued, ran)}
     steps = []
     for k, fwd in enumerate(forwards):
         start, end = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
@@ -138,16 +144,15 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
             raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
                             "or no_sync): nothing to replay.")
         optim = [e for e in events if e["name"].startswith("Optimizer.step#") and start <= e["ts"] < end]
-        last = max([e["ts"] + e["dur"] for e in optim] + [done[id(e)]["ts"] + done[id(e)]["dur"] for e in mine if id(e) in done]
-                   + [e["ts"] + e["dur"] for e in mine])
+        last = max([e["ts"] + e["dur"] for e in optim] + [done[id(e)]["ts"] + done[id(e)]["dur"] for e in mine])
         steps.append({
             "step_s": ((end if end != math.inf else last) - start) / 1e6,
             "compute_s": ((optim[0]["ts"] if optim else last) - start) / 1e6,
             "forward_s": (start + fwd["dur"] - origin) / 1e6,
             "optim_s": sum(e["dur"] for e in optim) / 1e6 if optim else None,
-            "buckets": [{"numel": _numel(e), "dtype": _dtype(done.get(id(e))),
+            "buckets": [{"numel": _numel(e), "dtype": _dtype(done[id(e)], path),
                          "ready_s": (e["ts"] - origin) / 1e6,
-                         "done_s": (done[id(e)]["ts"] + done[id(e)]["dur"] - origin) / 1e6 if id(e) in done else None}
+                         "done_s": (done[id(e)]["ts"] + done[id(e)]["dur"] - origin) / 1e6}
                         for e in mine]})
     later = [tuple((b["numel"], b["dtype"]) for b in s["buckets"]) for s in steps[1:]]
     if len(set(later)) > 1:
@@ -155,16 +160,19 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
                         "elements): a replay repeats one bucket layout.")
     structure = list(later[0])
     total = sum(n for n, _ in structure)
-    first = tuple((b["numel"], b["dtype"]) for b in steps[0]["buckets"])
-    if first != later[0] and not (len(first) == 1 and first[0][0] == total):
-        raise UserError(f"{path}: its first step exchanged {_sizes(list(first))} elements, neither the later steps' buckets "
-                        "nor one bucket of the whole model.")
-    info = prof.get("distributedInfo") or {}
-    fwd_last = forwards[-1]
-    casts = [e for e in events if e["name"] == "c10d::broadcast_" and fwd_last["ts"] <= e["ts"] <= fwd_last["ts"] + fwd_last["dur"]]
-    sent = [e for e in events if e["name"] in ("gloo:broadcast", "nccl:broadcast") and e["ts"] >= fwd_last["ts"]]
-    buffers = [[f"buffer{i}", [_numel(e)], _dtype(sent[i] if i < len(sent) and _numel(sent[i]) == _numel(e) else None)]
-               for i, e in enumerate(casts)]
+    first = sum(b["numel"] for b in steps[0]["buckets"])
+    if first != total:
+        raise UserError(f"{path}: its first step exchanged {first} elements, its later steps {total}: a replay repeats "
+                        "one model.")
+    # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
+    # buckets it rebuilt (the first profiled step is DDP's own first where the job was profiled from its start)
+    fwd = forwards[0] if len(forwards) == 2 else forwards[-1]
+    casts = [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
+    sent = [e for e in events if e["name"] == "gloo:broadcast" and e["ts"] >= fwd["ts"]][:len(casts)]
+    if [_numel(e) for e in sent] != [_numel(e) for e in casts]:
+        raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
+                        "dtypes are unknown.")
+    buffers = [[f"buffer{i}", [_numel(e)], _dtype(g, path)] for i, (e, g) in enumerate(zip(casts, sent))]
     optim_names = {e["name"].split("#", 1)[1].split(".")[0].lower() for e in events if e["name"].startswith("Optimizer.step#")}
     return {"path": path, "rank": int(info.get("rank", 0)), "world_size": int(info.get("world_size", 1)),
             "backend": info.get("backend"), "host": prof.get("host_name"),
@@ -186,7 +194,11 @@ def _numel(e: dict[str, Any]) -> int:
     return math.prod(_dims(e) or [0])
 
 
-def _dtype(e: dict[str, Any] | None) -> str:
-    """The dtype of a process group's collective's tensor (float32 where the profile does not say)."""
-    types = ((e or {}).get("args") or {}).get("Input type") or []
-    return DTYPES.get(types[0], "float32") if types else "float32"
+def _dtype(e: dict[str, Any], path: str) -> str:
+    """The dtype of a process group's collective's tensor, as torch names it; one UserError where the
+    profile does not say or names one not known here."""
+    types = (e.get("args") or {}).get("Input type") or []
+    if not types or types[0] not in DTYPES:
+        raise UserError(f"{path}: a collective's tensor type is {types[0] if types else 'not recorded'!r}, "
+                        f"not one of {', '.join(DTYPES)}.")
+    return DTYPES[types[0]]

@@ -18,29 +18,36 @@ from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed
 
 OPTIM_S = 0.02
 FIRST = 64 * 256 + 256           # the first layer's elements: the bucket backward releases last
-SECOND = 256 * 1025 + 1025       # the second's (over DDP's 1 MiB first-bucket cap): released first
+SECOND = 256 * 300 + 300         # the second's, released first; both under DDP's default first-bucket 1 MiB
 
 
-def _profile(path, steps: int = 3, record_shapes: bool = True, batch_norm: bool = False) -> None:
-    """Profile ``steps`` steps of a one-rank DDP job and write its Chrome trace to ``path``."""
+def _profile(path, steps: int = 3, record_shapes: bool = True, batch_norm: bool = False, skip: int = 0) -> None:
+    """Profile ``steps`` steps of a one-rank DDP job, after ``skip`` unprofiled ones (a profiler
+    schedule, as a user profiles a job past its start), and write its Chrome trace to ``path``."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
     first = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.BatchNorm1d(256, affine=False)) if batch_norm \
         else torch.nn.Linear(64, 256)
-    model = DDP(PausedChain(first, torch.nn.Linear(256, 1025)), bucket_cap_mb=0.1)
+    model = DDP(PausedChain(first, torch.nn.Linear(256, 300)), bucket_cap_mb=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes) as prof:
-        for _ in range(steps):
+    plan = schedule(wait=skip - 1, warmup=1, active=steps, repeat=1) if skip else None
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes, schedule=plan) as prof:
+        for _ in range(skip + steps):
             opt.zero_grad()
             model(torch.rand(8, 64)).sum().backward()
             time.sleep(OPTIM_S)                 # inside the step: between backward and the optimizer
             opt.step()
+            prof.step()
     prof.export_chrome_trace(str(path))
+
+
+def _convert(*paths) -> dict:
+    return profiler_import.convert([(str(p), profiler_import.load_profile(str(p))) for p in paths])
 
 
 def test_a_profiled_ddp_job_imports_as_its_buckets_and_their_times(single_rank_group, tmp_path):
     _profile(tmp_path / "p.json")
-    data = profiler_import.convert([(str(tmp_path / "p.json"), profiler_import.load_profile(str(tmp_path / "p.json")))])
+    data = _convert(tmp_path / "p.json")
     steps = data["ranks"][0]["steps"]
     assert len(steps) == 3 and data["job"]["nodes"] == 1 and data["job"]["optimizer"] == "sgd"
     # DDP's first step: one bucket of the whole model; later: the second layer's bucket, then the first's
@@ -54,7 +61,7 @@ def test_a_profiled_ddp_job_imports_as_its_buckets_and_their_times(single_rank_g
         assert FORWARD_S <= s["forward_s"] < FORWARD_S + BACKWARD_S / 2, s["forward_s"]
         assert FORWARD_S <= second_at < FORWARD_S + BACKWARD_S, second_at
         assert first_at - second_at >= BACKWARD_S, (first_at, second_at)
-        assert s["compute_s"] >= first_at + OPTIM_S and s["step_s"] >= s["compute_s"] + s["optim_s"]
+        assert s["compute_s"] >= first_at + OPTIM_S and s["step_s"] >= s["compute_s"] + s["optim_s"] - 1e-9
         assert all(b["done_s"] >= b["ready_s"] for b in s["buckets"])
     # one parameter per bucket, in the model's order, each closing a bucket of its own in a replay's DDP
     assert data["parameters"] == [["module.bucket1", [FIRST]], ["module.bucket0", [SECOND]]]
@@ -81,21 +88,67 @@ def test_each_ranks_profile_is_a_rank_of_the_trace(single_rank_group, tmp_path):
         profiler_import.convert([("a.json", ranks[0]), ("b.json", ranks[0])])
 
 
-def test_the_models_buffers_are_what_ddp_broadcast_in_every_forward(single_rank_group, tmp_path):
+@pytest.mark.parametrize("steps, skip", [(3, 0), (2, 0), (2, 2)])
+def test_the_models_buffers_are_what_ddp_broadcast_in_every_forward(single_rank_group, tmp_path, steps, skip):
     """Batch norm's statistics (256 + 256 floats and one int64 count) are broadcast before every
-    forward: the trace holds them as one buffer per broadcast, so a replay sends them too."""
-    _profile(tmp_path / "p.json", batch_norm=True)
-    data = profiler_import.convert([(str(tmp_path / "p.json"), profiler_import.load_profile(str(tmp_path / "p.json")))])
+    forward: the trace holds them as one buffer per broadcast, so a replay sends them too. Not
+    what DDP's second step also broadcasts (the order of the buckets it rebuilt: planted, two
+    steps from the job's start read three int32 broadcasts more)."""
+    _profile(tmp_path / "p.json", steps=steps, skip=skip, batch_norm=True)
+    data = _convert(tmp_path / "p.json")
     assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]] and data["broadcast_buffers"]
+
+
+def test_a_job_profiled_past_its_start_replays_its_first_step_as_ddp_sends_it(single_rank_group, tmp_path):
+    """Profiled from the third step (a profiler schedule): every profiled step has the rebuilt
+    buckets, but a replay's DDP sends its first step as one bucket of the whole model, so the
+    trace's first step is that bucket, ready when the profiled step's last bucket was."""
+    _profile(tmp_path / "p.json", steps=3, skip=2)
+    prof = profiler_import.load_profile(str(tmp_path / "p.json"))
+    issued = sorted((e for e in prof["traceEvents"] if e.get("name") == "c10d::allreduce_"), key=lambda e: e["ts"])
+    assert [profiler_import._numel(e) for e in issued] == [SECOND, FIRST] * 3      # no whole-model step profiled
+    steps = _convert(tmp_path / "p.json")["ranks"][0]["steps"]
+    [whole] = steps[0]["buckets"]
+    assert (whole["layout"], whole["numel"], whole["reduce_bytes"]) == (0, FIRST + SECOND, 4 * (FIRST + SECOND))
+    assert whole["ready_s"] >= FORWARD_S + BACKWARD_S                 # the first layer's, a backward pause after
+    assert [(b["layout"], b["numel"]) for s in steps[1:] for b in s["buckets"]] == [(1, SECOND), (2, FIRST)] * 2
+
+
+def _edited(prof: dict, **where) -> dict:
+    """A copy of ``prof`` with each event of a name given changed by the function given for it."""
+    out = json.loads(json.dumps(prof))
+    for e in out["traceEvents"]:
+        if e.get("name") in where:
+            where[e["name"]](e)
+    return out
 
 
 def test_what_a_profile_cannot_give_is_refused_in_one_sentence(single_rank_group, tmp_path):
     _profile(tmp_path / "shapeless.json", record_shapes=False)
     with pytest.raises(UserError, match="record_shapes=True"):
-        profiler_import.convert([(str(tmp_path / "shapeless.json"), profiler_import.load_profile(str(tmp_path / "shapeless.json")))])
+        _convert(tmp_path / "shapeless.json")
     _profile(tmp_path / "one.json", steps=1)
     with pytest.raises(UserError, match="two steps or more"):
-        profiler_import.convert([(str(tmp_path / "one.json"), profiler_import.load_profile(str(tmp_path / "one.json")))])
+        _convert(tmp_path / "one.json")
+    _profile(tmp_path / "p.json")
+    prof = profiler_import.load_profile(str(tmp_path / "p.json"))
+
+    def bf16(e):
+        e["args"]["Input type"] = ["c10::BFloat16"]
+
+    def unknown(e):
+        e["args"]["Input type"] = ["c10::Float8_e4m3fn"]
+    for edited, words in ((_edited(prof, **{"gloo:all_reduce": bf16}), "a replay's parameters are float32"),
+                          (_edited(prof, **{"gloo:all_reduce": unknown}), "tensor type is 'c10::Float8_e4m3fn'"),
+                          ({**prof, "distributedInfo": {**prof.get("distributedInfo", {}), "backend": "nccl"}}, "NCCL job"),
+                          (_edited(prof, **{"gloo:all_reduce": lambda e: e.update(name="other")}), "do not match"),
+                          (_edited(prof, **{"c10d::allreduce_": lambda e: e.update(name="other") if e["ts"] == max(
+                              x["ts"] for x in prof["traceEvents"] if x.get("name") == "c10d::allreduce_") else None,
+                              "gloo:all_reduce": lambda e: e.update(name="other") if e["ts"] == max(
+                              x["ts"] for x in prof["traceEvents"] if x.get("name") == "gloo:all_reduce") else None}),
+                           "different buckets")):
+        with pytest.raises(UserError, match=words):
+            profiler_import.convert([("p.json", edited)])
     (tmp_path / "other.json").write_text(json.dumps({"schemaVersion": 1}))
     proc = gctestbed("trace", "import", str(tmp_path / "other.json"), "-o", str(tmp_path / "t.json"))
     assert proc.returncode == 2 and "not a Chrome trace of torch.profiler" in proc.stderr and "Traceback" not in proc.stderr
@@ -108,7 +161,9 @@ def test_a_replay_of_an_imported_profile_sends_its_buckets_when_backward_release
     """Replayed on 2 nodes, the imported job's buckets are formed by the replay's own DDP (its hook
     records them), carry the profiled bytes (the kernel's interface counters against the ring's
     2(p-1)/p x 4 bytes an element), and are released at the profiled ready times (the replay's
-    hook's clock against the profile's)."""
+    hook's clock against the profile's); a job profiled past its start too, replayed with its
+    recorded payloads and optimizer times. Both buckets are under DDP's default first-bucket 1 MiB:
+    given a cap, DDP holds its first rebuilt bucket to that cap."""
     import sqlite3
     import statistics
     from helpers import kept_runs, show
@@ -117,8 +172,12 @@ def test_a_replay_of_an_imported_profile_sends_its_buckets_when_backward_release
     assert gctestbed("trace", "import", str(tmp_path / "p.json"), "-o", path).returncode == 0
     with kept_runs() as run:
         run(workload=f"replay:trace={path}", nodes="2", bw="1gbit", steps="6", results_dir=str(tmp_path / "replay"))
-        # what a GPU job's trace is replayed with: the recorded payloads and optimizer times
-        run(workload=f"replay:trace={path},codec=recorded,optim=recorded", nodes="2", bw="1gbit", steps="6",
+        # the recorded payloads and optimizer times, of a job profiled past its start (its first step made
+        # one bucket of the whole model, as the replay's DDP sends it)
+        _profile(tmp_path / "late.json", steps=6, skip=2)
+        late = str(tmp_path / "late-trace.json")
+        assert gctestbed("trace", "import", str(tmp_path / "late.json"), "-o", late).returncode == 0
+        run(workload=f"replay:trace={late},codec=recorded,optim=recorded", nodes="2", bw="1gbit", steps="6",
             results_dir=str(tmp_path / "recorded"))
     assert show(tmp_path / "recorded")["wire_bytes_per_step"] / (4 * (FIRST + SECOND)) == pytest.approx(1, abs=0.03)
     conn = sqlite3.connect(tmp_path / "replay" / "gctestbed.sqlite")

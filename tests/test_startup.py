@@ -35,7 +35,7 @@ def test_the_poison_stops_a_command_that_trains(tmp_path, state_dir):
     assert proc.returncode != 0 and "torch" in proc.stderr, proc.stderr[-500:]
 
 
-@pytest.mark.parametrize("args", [["--help"], ["ls", "--json"], ["show", "--json"], ["report", "--json"],
+@pytest.mark.parametrize("args", [["--help"], ["ls"], ["ls", "--json"], ["show", "--json"], ["report", "--json"],
                                   ["claims", "list"], ["claims", "report"]])
 def test_commands_that_train_nothing_never_import_torch(tmp_path, state_dir, args):
     results_dir = str(tmp_path / "results")
@@ -48,6 +48,17 @@ def test_commands_that_train_nothing_never_import_torch(tmp_path, state_dir, arg
         json.loads(proc.stdout)
 
 
+# a run's ledger and namespace, made by a process that then exits: what a gctestbed killed mid-run leaves
+DEAD_RUN = """
+from gctestbed.launch.state import RunState
+from gctestbed.net import namespaces
+state = RunState.create()
+state.add("netns", name=f"gct-{state.run_id}-n0")
+namespaces.create(f"gct-{state.run_id}-n0")
+print(state.run_id)
+"""
+
+
 @pytest.mark.root
 def test_a_clusters_exec_down_and_clean_never_import_torch(tmp_path, state_dir):
     """'up' builds a spec as a run does (torch); what comes after it does not need torch."""
@@ -57,8 +68,14 @@ def test_a_clusters_exec_down_and_clean_never_import_torch(tmp_path, state_dir):
     try:
         ran = _without_torch(tmp_path, "exec", name, "1", "--", "sh", "-c", "exit 7")
         assert ran.returncode == 7, ran.stderr[-1500:]
+        # a run whose gctestbed died, leaving a namespace: 'clean' removes it (and leaves the cluster to 'down')
+        dead = subprocess.run([sys.executable, "-c", DEAD_RUN], capture_output=True, text=True, timeout=60)
+        assert dead.returncode == 0, dead.stderr
+        run_id = dead.stdout.strip()
+        assert leftovers(run_id) != []
         clean = _without_torch(tmp_path, "clean", matplotlib=False)
-        assert clean.returncode == 0 and clean.stdout.strip() == "nothing to clean", clean.stderr[-1500:]
+        assert clean.returncode == 0 and run_id in clean.stdout, (clean.stdout, clean.stderr[-1500:])
+        assert leftovers(run_id) == []
     finally:
         down = _without_torch(tmp_path, "down", name, matplotlib=False)
         if down.returncode != 0:

@@ -42,8 +42,8 @@ def record(run_id, results_dir, path):
 @click.argument("profiles", nargs=-1, required=True, metavar="PROFILE...")
 @click.option("-o", "--out", "path", required=True, help="Trace file to write (.json, or .json.gz to compress it).")
 def import_(profiles, path):
-    """Write a trace from torch.profiler Chrome traces of a DDP job (one per rank, any of its
-    ranks; profiled with record_shapes=True), to replay where the job cannot run: its buckets,
+    """Write a trace from torch.profiler Chrome traces of a DDP job over Gloo (one per rank, any of
+    its ranks; profiled with record_shapes=True), to replay where the job cannot run: its buckets,
     their ready times, forward and optimizer times (docs/replay.md, "A torch.profiler trace")."""
     from .. import profiler_import
     data = profiler_import.convert([(p, profiler_import.load_profile(p)) for p in profiles])
