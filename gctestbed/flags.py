@@ -170,6 +170,9 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
             raise SpecError(f"a mixed run's real ranks train the recorded job: use its --batch-size {job['batch_size']}.")
     if str(batch_size) == str(DEFAULTS["batch_size"]) and trace["job"].get("batch_size"):
         batch_size = str(trace["job"]["batch_size"])      # the batch whose compute is replayed
+    from . import profiler_import
+    if (why := profiler_import.replayable_here(trace)) is not None:
+        raise SpecError(why)
     cap = trace["job"]["bucket_cap_mb"]
     if str(bucket_cap_mb) == str(DEFAULTS["bucket_cap_mb"]):
         return cap, batch_size

@@ -165,9 +165,11 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
         raise UserError(f"{path}: its first step exchanged {first} elements, its later steps {total}: a replay repeats "
                         "one model.")
     # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
-    # buckets it rebuilt (the first profiled step is DDP's own first where the job was profiled from its start)
-    fwd = forwards[0] if len(forwards) == 2 else forwards[-1]
-    casts = [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
+    # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
+    def casts_in(fwd):
+        return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
+    fwd = min(reversed(forwards), key=lambda f: len(casts_in(f)))
+    casts = casts_in(fwd)
     sent = [e for e in events if e["name"] == "gloo:broadcast" and e["ts"] >= fwd["ts"]][:len(casts)]
     if [_numel(e) for e in sent] != [_numel(e) for e in casts]:
         raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
@@ -202,3 +204,20 @@ def _dtype(e: dict[str, Any], path: str) -> str:
         raise UserError(f"{path}: a collective's tensor type is {types[0] if types else 'not recorded'!r}, "
                         f"not one of {', '.join(DTYPES)}.")
     return DTYPES[types[0]]
+
+
+def replayable_here(trace: dict[str, Any]) -> str | None:
+    """Why this host's torch cannot replay an imported ``trace``, or None. The trace holds one
+    parameter per bucket and a cap of the smallest bucket; DDP closes its first rebuilt bucket at
+    that cap where it was given one (torch 2.13's ``_BucketCapacityConfig``), but older DDPs hold
+    it to 1 MiB and would join a first bucket under that to the next."""
+    if (trace.get("recorded") or {}).get("source") != "torch.profiler":
+        return None
+    import torch.nn.parallel.distributed as ddp
+    first = next((b["reduce_bytes"] for r in trace["ranks"] for s in r["steps"][1:2] for b in s["buckets"][:1]), None)
+    if not hasattr(ddp, "_BucketCapacityConfig") and len(trace["parameters"]) > 1 and first is not None \
+            and first < 1024 * 1024:
+        return (f"this torch's DDP holds its first bucket to 1 MiB, and the imported trace's first bucket is {first} "
+                "bytes: a replay here would join it to the next (torch 2.13 replays it).")
+    return None
+

@@ -38,6 +38,9 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
             proc.wait()
 
 
+GRACE_S = 60       # what kept_runs gives a run past its limit to tear itself down
+
+
 @contextlib.contextmanager
 def kept_runs(limit_s: int = 600):
     """Run specs in this process one after another on one kept network and fork server, as a
@@ -46,9 +49,11 @@ def kept_runs(limit_s: int = 600):
     native-kernel cells this way): for tests of what a run computes, not of a lone run's own
     start. Yields ``run(**flags) -> run id`` (flags as typed: strings; calibration off), which
     fails the test on a run that did not end ok or took over ``limit_s`` (then SIGTERM tears the
-    run down, as Ctrl-C would, and the test gets TimeoutError; checked by hand: a 3 s limit ended
-    a 200-step run after 3.2 s with nothing left); the network is removed afterwards, pass or
-    fail. Ctrl-C during a run stops the test session, as around a subprocess."""
+    run down, as Ctrl-C would, and the test gets TimeoutError; a run still going GRACE_S later, or
+    stuck where that handler is not in place, gets TimeoutError wherever it is. Checked by hand: a
+    3 s limit ended a 200-step run after 3.2 s with nothing left, and a run stuck before its
+    handler after the limit and the grace); the network is removed afterwards, pass or fail.
+    Ctrl-C during a run stops the test session, as around a subprocess."""
     from gctestbed import flags, runner
     from gctestbed.launch.kept import kept_for
 
@@ -58,8 +63,12 @@ def kept_runs(limit_s: int = 600):
 
         def too_long(signum, frame):
             late.append(True)
+            if len(late) > 1:             # still not done GRACE_S later: stop it wherever it is (what it leaves,
+                #                           the test's ledger directory undoes)
+                raise TimeoutError(f"a run took over {limit_s} s and did not stop within {GRACE_S} s more")
+            signal.alarm(GRACE_S)
             # stop the run as Ctrl-C would, where runner.run's own handler will tear it down; elsewhere (its
-            # teardown, where signals are ignored, or outside it) the run ends on its own and fails below
+            # teardown, where signals are ignored, or before that handler) it gets GRACE_S to end on its own
             if getattr(signal.getsignal(signal.SIGTERM), "__module__", None) == runner.__name__:
                 os.kill(os.getpid(), signal.SIGTERM)
         before = signal.signal(signal.SIGALRM, too_long)

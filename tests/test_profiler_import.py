@@ -67,10 +67,33 @@ def test_a_profiled_ddp_job_imports_as_its_buckets_and_their_times(single_rank_g
     assert data["parameters"] == [["module.bucket1", [FIRST]], ["module.bucket0", [SECOND]]]
     assert data["job"]["bucket_cap_mb"] * 2 ** 20 <= 4 * FIRST
     assert data["buffers"] == [] and data["broadcast_buffers"] is False
-    # a trace like a recorded one: saved, loaded, described, drawn
+    # a trace like a recorded one: saved, loaded, described, shown, drawn
+    from gctestbed import chrometrace
+    from gctestbed.cli.render import trace_table
     tracefile.save(data, str(tmp_path / "t.json.gz"))
     about = trace.describe(tracefile.load(str(tmp_path / "t.json.gz")))
     assert about["elements"] == FIRST + SECOND and about["ranks"][0]["bytes"] == 4 * (FIRST + SECOND)
+    assert "imported from torch.profiler (p.json)" in trace_table(about).title
+    drawn = chrometrace.events(tracefile.load(str(tmp_path / "t.json.gz")))["traceEvents"]
+    # each step's forward and optimizer, and every bucket's collective: 1 + 2 + 2 of them
+    names = [e["name"] for e in drawn if e.get("ph") == "X"]
+    assert (names.count("forward"), names.count("optimizer"), names.count("collective")) == (3, 3, 5), names
+
+
+def test_an_imported_trace_is_replayed_only_where_ddp_forms_its_buckets(single_rank_group, tmp_path, monkeypatch):
+    """Its first bucket (the second layer's, 308 KB) is under the 1 MiB an older DDP holds its first
+    bucket to whatever cap it is given: such a torch would join it to the next, so the replay is
+    refused there in one sentence; torch 2.13's DDP (which has _BucketCapacityConfig) takes it."""
+    import torch.nn.parallel.distributed as ddp
+    from gctestbed import flags
+    from gctestbed.spec import SpecError
+    _profile(tmp_path / "p.json")
+    tracefile.save(_convert(tmp_path / "p.json"), str(tmp_path / "t.json"))
+    spec = flags.build_spec(workload=f"replay:trace={tmp_path / 't.json'}", nodes="2", steps="3", calibrate=False)
+    assert spec.bucket_cap_mb * 2 ** 20 == 4 * FIRST
+    monkeypatch.delattr(ddp, "_BucketCapacityConfig")
+    with pytest.raises(SpecError, match="holds its first bucket to 1 MiB"):
+        flags.build_spec(workload=f"replay:trace={tmp_path / 't.json'}", nodes="2", steps="3", calibrate=False)
 
 
 def test_each_ranks_profile_is_a_rank_of_the_trace(single_rank_group, tmp_path):
@@ -88,12 +111,13 @@ def test_each_ranks_profile_is_a_rank_of_the_trace(single_rank_group, tmp_path):
         profiler_import.convert([("a.json", ranks[0]), ("b.json", ranks[0])])
 
 
-@pytest.mark.parametrize("steps, skip", [(3, 0), (2, 0), (2, 2)])
+@pytest.mark.parametrize("steps, skip", [(3, 0), (2, 0), (2, 1), (2, 2)])
 def test_the_models_buffers_are_what_ddp_broadcast_in_every_forward(single_rank_group, tmp_path, steps, skip):
     """Batch norm's statistics (256 + 256 floats and one int64 count) are broadcast before every
     forward: the trace holds them as one buffer per broadcast, so a replay sends them too. Not
-    what DDP's second step also broadcasts (the order of the buckets it rebuilt: planted, two
-    steps from the job's start read three int32 broadcasts more)."""
+    what DDP's second step also broadcasts (the order of the buckets it rebuilt), whichever of
+    the profiled steps that is (planted: the last step of two from the start, or the first of
+    two from the second, read two int32 broadcasts more)."""
     _profile(tmp_path / "p.json", steps=steps, skip=skip, batch_norm=True)
     data = _convert(tmp_path / "p.json")
     assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]] and data["broadcast_buffers"]
@@ -142,6 +166,9 @@ def test_what_a_profile_cannot_give_is_refused_in_one_sentence(single_rank_group
                           (_edited(prof, **{"gloo:all_reduce": unknown}), "tensor type is 'c10::Float8_e4m3fn'"),
                           ({**prof, "distributedInfo": {**prof.get("distributedInfo", {}), "backend": "nccl"}}, "NCCL job"),
                           (_edited(prof, **{"gloo:all_reduce": lambda e: e.update(name="other")}), "do not match"),
+                          (_edited(prof, **{"gloo:all_reduce": lambda e: e["args"].update({"Input Dims": [[7]]})}),
+                           "do not match"),
+                          (_edited(prof, **{"gloo:broadcast": lambda e: e.update(name="nccl:broadcast")}), "NCCL job"),
                           (_edited(prof, **{"c10d::allreduce_": lambda e: e.update(name="other") if e["ts"] == max(
                               x["ts"] for x in prof["traceEvents"] if x.get("name") == "c10d::allreduce_") else None,
                               "gloo:all_reduce": lambda e: e.update(name="other") if e["ts"] == max(

@@ -68,6 +68,8 @@ def test_a_clusters_exec_down_and_clean_never_import_torch(tmp_path, state_dir):
     try:
         ran = _without_torch(tmp_path, "exec", name, "1", "--", "sh", "-c", "exit 7")
         assert ran.returncode == 7, ran.stderr[-1500:]
+        listed = _without_torch(tmp_path, "ls", matplotlib=False)          # the table, with a cluster in it
+        assert listed.returncode == 0 and name in listed.stdout, (listed.stdout, listed.stderr[-1500:])
         # a run whose gctestbed died, leaving a namespace: 'clean' removes it (and leaves the cluster to 'down')
         dead = subprocess.run([sys.executable, "-c", DEAD_RUN], capture_output=True, text=True, timeout=60)
         assert dead.returncode == 0, dead.stderr
