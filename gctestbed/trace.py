@@ -106,6 +106,60 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     }
 
 
+BUCKET_TIMES = ("ready_s", "encode_s", "decode_s", "start_s", "done_s")
+# what runs must share to be merged into one trace: one job, its seeds and links free
+JOB = ("compressor", "compressor_options", "workload", "workload_options", "nodes", "batch_size", "bucket_cap_mb",
+       "mode", "comm", "comm_options", "optimizer", "steps")
+
+
+def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """One trace from the traces of several runs of one job (``JOB``; any seeds and links): per
+    rank, step and bucket (DDP's index), the median of each time over the runs; the buckets, their
+    payloads and layouts are the first run's. Why: a replay reproduces its trace's compute, and
+    one run's compute on a shared host sits tens of percent from another's, so a trace of one run
+    carries that run's luck into every replay (docs/replay.md, "Nine seeds"). One UserError where
+    the runs are not of one job or did not exchange the same buckets."""
+    first = traces[0]
+    if len(traces) == 1:
+        return first
+    name = [t["recorded"].get("run_id") for t in traces]
+    for t, run in zip(traces[1:], name[1:]):
+        differ = [k for k in JOB if t["job"].get(k) != first["job"].get(k)]
+        if differ:
+            raise UserError(f"run {run} differs from run {name[0]} in {', '.join(differ)}: a trace merges runs of one job.")
+        if t["parameters"] != first["parameters"] or len(t["ranks"]) != len(first["ranks"]):
+            raise UserError(f"run {run} has another model or other ranks than run {name[0]}: a trace merges runs of one job.")
+    out = json.loads(json.dumps(first))
+    for r, rank in enumerate(out["ranks"]):
+        for k, step in enumerate(rank["steps"]):
+            twins = [t["ranks"][r]["steps"][k] for t in traces]
+            for key in STEP_TIMES:
+                step[key] = _median_or_none([s.get(key) for s in twins])
+            for b in step["buckets"]:
+                same = [_bucket(t, r, s, b, first) for t, s in zip(traces, twins)]
+                if any(x is None for x in same):
+                    run = name[[x is None for x in same].index(True)]
+                    raise UserError(f"run {run} exchanged other buckets than run {name[0]} at rank {rank['rank']} "
+                                    f"step {step['step']}: a trace merges runs of one job.")
+                for key in BUCKET_TIMES:
+                    b[key] = _median_or_none([x.get(key) for x in same])
+    out["recorded"]["merged_from"] = name
+    return out
+
+
+def _bucket(trace: dict, r: int, step: dict, b: dict, first: dict) -> dict | None:
+    """The bucket of ``step`` (rank position ``r`` of ``trace``) that is ``b`` of ``first``: DDP's
+    index, and a layout of the same parameters (layout numbers are each run's own)."""
+    rank = str(first["ranks"][r]["rank"])
+    want = first["layouts"][rank][str(b["layout"])]
+    return next((x for x in step["buckets"] if x["bucket"] == b["bucket"] and x["numel"] == b["numel"]
+                 and trace["layouts"][str(trace["ranks"][r]["rank"])][str(x["layout"])] == want), None)
+
+
+def _median_or_none(values: list) -> float | None:
+    return None if any(v is None for v in values) else statistics.median(values)
+
+
 def describe(trace: dict[str, Any]) -> dict[str, Any]:
     """What a person wants to see of a trace first: the job, where it was recorded, and per rank
     the medians of its step times and bytes per step (steps after the first, where DDP builds buckets)."""

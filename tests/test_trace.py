@@ -73,6 +73,26 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     about = json.loads(shown.stdout)
     assert about["elements"] == sum(p.numel() for p in model.parameters())
     assert [r["bytes"] for r in about["ranks"]] == [math.ceil(about["elements"] / 16) * 4] * NODES
+    # the job again (another seed): one trace of both runs, each time the median of the two (their mean)
+    again = gctestbed("run", "--nodes", str(NODES), "--bw", "1gbit", "--steps", str(STEPS), "--compressor", "twobit",
+                      "--seed", "1", "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
+    assert again.returncode == 0, again.stderr
+    second = json.loads(gctestbed("show", "--json", "--results", str(tmp_path / "results")).stdout)["run_id"]
+    assert gctestbed("trace", "record", second, "--results", str(tmp_path / "results"),
+                     "-o", str(tmp_path / "second.json")).returncode == 0
+    both = gctestbed("trace", "record", data["recorded"]["run_id"], second, "--results", str(tmp_path / "results"),
+                     "-o", str(tmp_path / "both.json"))
+    assert both.returncode == 0, both.stderr
+    other, merged = tracefile.load(str(tmp_path / "second.json")), tracefile.load(str(tmp_path / "both.json"))
+    assert merged["recorded"]["merged_from"] == [data["recorded"]["run_id"], second]
+    for r, rank in enumerate(merged["ranks"]):
+        for k, s in enumerate(rank["steps"]):
+            a, b = data["ranks"][r]["steps"][k], other["ranks"][r]["steps"][k]
+            assert s["compute_s"] == pytest.approx((a["compute_s"] + b["compute_s"]) / 2)
+            for m in s["buckets"]:
+                x = next(y for y in a["buckets"] if y["bucket"] == m["bucket"])
+                z = next(y for y in b["buckets"] if y["bucket"] == m["bucket"])
+                assert m["ready_s"] == pytest.approx((x["ready_s"] + z["ready_s"]) / 2), (m, x, z)
 
 
 @pytest.mark.root
@@ -287,3 +307,48 @@ def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
     assert workloads.build("cnn", {}, seed=0, rank=0, batch_size=4).broadcast_buffers is True
     assert workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "buffers": "local"}, seed=0, rank=0,
                            batch_size=4).broadcast_buffers is False
+
+
+def _run_trace(run_id: str, ready: tuple[float, float], step_s: float, layouts=("0", "1")) -> dict:
+    """A hand-made trace of a none run: one rank, one step, two buckets (DDP's 0 and 1) of the
+    parameters a and b; ``layouts``: the numbers this run gave the two buckets' layouts."""
+    buckets = [{"seq": i, "bucket": i, "layout": int(layouts[i]), "numel": n, "sent": None, "rounds": 1,
+                "reduce_calls": 1, "gather_calls": 0, "reduce_bytes": 4 * n, "gather_bytes": 0, "ready_s": ready[i],
+                "encode_s": 0.001 * (i + 1), "decode_s": None, "start_s": ready[i], "done_s": ready[i] + 0.01}
+               for i, n in enumerate((10, 20))]
+    return {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {"run_id": run_id},
+            "job": {"compressor": "none", "compressor_options": {}, "workload": "mlp", "workload_options": {},
+                    "nodes": 1, "batch_size": 16, "bucket_cap_mb": 0.0001, "mode": "overlap", "comm": "allreduce",
+                    "comm_options": {}, "optimizer": "sgd", "steps": 1, "bw_bps": 1e9, "seed": 0},
+            "parameters": [["module.a", [10]], ["module.b", [20]]],
+            "layouts": {"0": {layouts[0]: [["module.a", [10]]], layouts[1]: [["module.b", [20]]]}},
+            "ranks": [{"rank": 0, "steps": [{"step": 0, "step_s": step_s, "compute_s": step_s / 2, "forward_s": None,
+                                             "optim_s": 0.001, "encode_s": 0.003, "decode_s": None, "comm_s": None,
+                                             "sync_s": None, "buckets": buckets}]}]}
+
+
+def test_a_trace_of_several_runs_takes_each_time_as_their_median():
+    """Golden case by hand: three runs' ready times (10, 60, 20 ms for bucket 0; 40, 45, 90 ms for
+    bucket 1) and step times (100, 130, 110 ms) merge into 20 and 45 ms and 110 ms; a time one run
+    lacks stays null (planted: the mean gives 30, 58.3 and 113.3 ms); the buckets are matched by
+    DDP's index and their parameters, not by the layout numbers each run gave them (the third
+    numbered them the other way round)."""
+    from gctestbed import trace
+    runs = [_run_trace("r1", (0.010, 0.040), 0.100), _run_trace("r2", (0.060, 0.045), 0.130),
+            _run_trace("r3", (0.020, 0.090), 0.110, layouts=("1", "0"))]
+    merged = trace.merge(runs)
+    step = merged["ranks"][0]["steps"][0]
+    assert [b["ready_s"] for b in step["buckets"]] == [0.020, 0.045]
+    assert (step["step_s"], step["compute_s"], step["forward_s"]) == (0.110, 0.055, None)
+    assert [b["done_s"] for b in step["buckets"]] == pytest.approx([0.030, 0.055])
+    assert [b["decode_s"] for b in step["buckets"]] == [None, None]
+    assert merged["recorded"]["merged_from"] == ["r1", "r2", "r3"] and runs[0]["ranks"][0]["steps"][0]["step_s"] == 0.100
+    assert trace.merge(runs[:1]) is runs[0]
+    other = _run_trace("r4", (0.01, 0.02), 0.1)
+    other["job"]["compressor"] = "fp16"
+    with pytest.raises(UserError, match="differs from run r1 in compressor"):
+        trace.merge([runs[0], other])
+    swapped = _run_trace("r5", (0.01, 0.02), 0.1)
+    swapped["layouts"]["0"] = {"0": [["module.b", [20]]], "1": [["module.a", [10]]]}     # bucket 0 held b here
+    with pytest.raises(UserError, match="exchanged other buckets"):
+        trace.merge([runs[0], swapped])

@@ -22,19 +22,23 @@ def trace():
 
 
 @trace.command()
-@click.argument("run_id", required=False)
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID...]")
 @click.option("--results", "results_dir", default=flags.DEFAULTS["results_dir"], show_default=True, help="Results directory.")
 @click.option("-o", "--out", "path", required=True, help="Trace file to write (.json, or .json.gz to compress it).")
-def record(run_id, results_dir, path):
-    """Write the trace of a finished run (the latest when RUN_ID is omitted) from the results store."""
+def record(run_ids, results_dir, path):
+    """Write the trace of a finished run (the latest when RUN_ID is omitted) from the results store;
+    of several runs of one job, one trace whose times are, per step and bucket, their medians
+    (one run's compute on a busy host carries its own luck into every replay)."""
     conn = results.connect(results_dir, create=False)
     try:
-        data = trace_.extract(conn, results.find_run(conn, run_id)["run_id"])
+        data = trace_.merge([trace_.extract(conn, results.find_run(conn, r)["run_id"]) for r in run_ids or [None]])
     finally:
         conn.close()
     tracefile.save(data, path)
     about = trace_.describe(data)
-    console.print(f"trace of run {data['recorded']['run_id']}: {len(data['ranks'])} ranks, "
+    runs = data["recorded"].get("merged_from") or [data["recorded"]["run_id"]]
+    console.print(f"trace of run{'s' if len(runs) > 1 else ''} {', '.join(runs)}"
+                  f"{' (per step and bucket, the median of their times)' if len(runs) > 1 else ''}: {len(data['ranks'])} ranks, "
                   f"{about['ranks'][0]['steps']} steps, {about['parameters']} parameters -> {path}")
 
 
