@@ -16,6 +16,7 @@ by FORMAT and VERSION; docs/replay.md says what each field holds and what versio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -106,53 +107,87 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     }
 
 
-BUCKET_TIMES = ("ready_s", "encode_s", "decode_s", "start_s", "done_s")
-# what runs must share to be merged into one trace: one job, its seeds and links free
+# what runs must share to be merged into one trace: one job on one host, only its seeds free
 JOB = ("compressor", "compressor_options", "workload", "workload_options", "nodes", "batch_size", "bucket_cap_mb",
-       "mode", "comm", "comm_options", "optimizer", "steps")
+       "mode", "comm", "comm_options", "optimizer", "steps", "bw_bps", "latency_s", "dilate")
+HOST = ("host", "cpu", "cpus", "torch", "device", "backend", "launcher")
+# a run's settings that do not change what a trace of it holds: merged runs may differ in these alone
+FREE = ("seed", "run_id", "results_dir", "eval_every", "timeout_s", "calibrate", "accept_miss")
+
+
+def mergeable(specs: list[RunSpec]) -> None:
+    """One UserError unless the runs of ``specs`` are one job: the same in every setting but ``FREE``
+    (the CPUs per node, kernels, faults and topology change the times a trace holds)."""
+    first = {k: v for k, v in dataclasses.asdict(specs[0]).items() if k not in FREE}
+    for spec in specs[1:]:
+        differ = sorted(k for k, v in dataclasses.asdict(spec).items() if k not in FREE and first.get(k) != v)
+        if differ:
+            raise UserError(f"run {spec.run_id} differs from run {specs[0].run_id} in {', '.join(differ)}: a trace "
+                            "merges runs of one job.")
 
 
 def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    """One trace from the traces of several runs of one job (``JOB``; any seeds and links): per
-    rank, step and bucket (DDP's index), the median of each time over the runs; the buckets, their
-    payloads and layouts are the first run's. Why: a replay reproduces its trace's compute, and
-    one run's compute on a shared host sits tens of percent from another's, so a trace of one run
-    carries that run's luck into every replay (docs/replay.md, "Nine seeds"). One UserError where
-    the runs are not of one job or did not exchange the same buckets."""
-    first = traces[0]
+    """One trace from the traces of several runs of one job on one host (``JOB``, ``HOST``; their
+    seeds free): per rank, step and bucket (DDP's index and parameters), the median of each time
+    over the runs. The buckets' sizes and payloads are those of the run whose bytes sent are the
+    median (all runs', for a method whose sizes do not vary); a bucket's start and end are rebuilt
+    from the medians of its ready time, wait, encode, collective and decode, so they stay in order.
+    Why: a replay reproduces its trace's compute, and one run's compute on a shared host sits tens
+    of percent from another's, so a trace of one run carries that run's luck into every replay
+    (docs/replay.md, "Nine seeds"). One UserError where the runs are not of one job or did not
+    exchange the same buckets."""
     if len(traces) == 1:
-        return first
+        return traces[0]
     name = [t["recorded"].get("run_id") for t in traces]
     for t, run in zip(traces[1:], name[1:]):
-        differ = [k for k in JOB if t["job"].get(k) != first["job"].get(k)]
+        differ = [k for k in JOB if t["job"].get(k) != traces[0]["job"].get(k)] + \
+            [k for k in HOST if t["recorded"].get(k) != traces[0]["recorded"].get(k)]
         if differ:
             raise UserError(f"run {run} differs from run {name[0]} in {', '.join(differ)}: a trace merges runs of one job.")
-        if t["parameters"] != first["parameters"] or len(t["ranks"]) != len(first["ranks"]):
-            raise UserError(f"run {run} has another model or other ranks than run {name[0]}: a trace merges runs of one job.")
-    out = json.loads(json.dumps(first))
+        if t["parameters"] != traces[0]["parameters"] or [[s["step"] for s in r["steps"]] for r in t["ranks"]] != \
+                [[s["step"] for s in r["steps"]] for r in traces[0]["ranks"]]:
+            raise UserError(f"run {run} has another model, other ranks or other steps than run {name[0]}: a trace "
+                            "merges runs of one job.")
+    sent = [sum(b["reduce_bytes"] + b["gather_bytes"] for r in t["ranks"] for s in r["steps"] for b in s["buckets"])
+            for t in traces]
+    base = traces[sorted(range(len(traces)), key=lambda i: (sent[i], i))[(len(traces) - 1) // 2]]
+    out = json.loads(json.dumps(base))
     for r, rank in enumerate(out["ranks"]):
         for k, step in enumerate(rank["steps"]):
             twins = [t["ranks"][r]["steps"][k] for t in traces]
             for key in STEP_TIMES:
                 step[key] = _median_or_none([s.get(key) for s in twins])
             for b in step["buckets"]:
-                same = [_bucket(t, r, s, b, first) for t, s in zip(traces, twins)]
+                same = [_bucket(t, r, s, b, base) for t, s in zip(traces, twins)]
                 if any(x is None for x in same):
                     run = name[[x is None for x in same].index(True)]
-                    raise UserError(f"run {run} exchanged other buckets than run {name[0]} at rank {rank['rank']} "
-                                    f"step {step['step']}: a trace merges runs of one job.")
-                for key in BUCKET_TIMES:
-                    b[key] = _median_or_none([x.get(key) for x in same])
+                    raise UserError(f"run {run} exchanged other buckets than run {base['recorded'].get('run_id')} at "
+                                    f"rank {rank['rank']} step {step['step']}: a trace merges runs of one job.")
+                _merge_times(b, same)
     out["recorded"]["merged_from"] = name
     return out
 
 
-def _bucket(trace: dict, r: int, step: dict, b: dict, first: dict) -> dict | None:
-    """The bucket of ``step`` (rank position ``r`` of ``trace``) that is ``b`` of ``first``: DDP's
+def _merge_times(b: dict, same: list[dict]) -> None:
+    """``b``'s times, the medians over ``same`` (one bucket in each run): its ready time, encode and
+    decode, and its start and end rebuilt from the medians of the wait before encoding and of the
+    collective between encoding and decoding (medians of sums are not sums of medians)."""
+    for key in ("ready_s", "encode_s", "decode_s"):
+        b[key] = _median_or_none([x.get(key) for x in same])
+    wait = _median_or_none([None if x.get("start_s") is None else x["start_s"] - x["ready_s"] for x in same])
+    spans = [None if None in (x.get("done_s"), x.get("start_s"), x.get("encode_s"), x.get("decode_s"))
+             else x["done_s"] - x["start_s"] - x["encode_s"] - x["decode_s"] for x in same]
+    collective = _median_or_none(spans)
+    b["start_s"] = None if wait is None or b["ready_s"] is None else b["ready_s"] + max(0.0, wait)
+    b["done_s"] = None if None in (collective, b["start_s"], b["encode_s"], b["decode_s"]) else \
+        b["start_s"] + b["encode_s"] + b["decode_s"] + max(0.0, collective)
+
+
+def _bucket(trace: dict, r: int, step: dict, b: dict, base: dict) -> dict | None:
+    """The bucket of ``step`` (rank position ``r`` of ``trace``) that is ``b`` of ``base``: DDP's
     index, and a layout of the same parameters (layout numbers are each run's own)."""
-    rank = str(first["ranks"][r]["rank"])
-    want = first["layouts"][rank][str(b["layout"])]
-    return next((x for x in step["buckets"] if x["bucket"] == b["bucket"] and x["numel"] == b["numel"]
+    want = base["layouts"][str(base["ranks"][r]["rank"])][str(b["layout"])]
+    return next((x for x in step["buckets"] if x["bucket"] == b["bucket"]
                  and trace["layouts"][str(trace["ranks"][r]["rank"])][str(x["layout"])] == want), None)
 
 

@@ -309,14 +309,17 @@ def test_a_replay_sends_buffers_as_its_recorded_run_did(tmp_path):
                            batch_size=4).broadcast_buffers is False
 
 
-def _run_trace(run_id: str, ready: tuple[float, float], step_s: float, layouts=("0", "1")) -> dict:
-    """A hand-made trace of a none run: one rank, one step, two buckets (DDP's 0 and 1) of the
-    parameters a and b; ``layouts``: the numbers this run gave the two buckets' layouts."""
+def _run_trace(run_id: str, ready: tuple[float, float], step_s: float, layouts=("0", "1"), order=(0, 1),
+               gathered: int = 0) -> dict:
+    """A hand-made trace of a run: one rank, one step, two buckets (DDP's 0 and 1) of the
+    parameters a and b, listed in ``order``; ``layouts``: the numbers this run gave the two
+    buckets' layouts; ``gathered``: bytes bucket 1 gathered (a sparsifier's, which vary by run)."""
     buckets = [{"seq": i, "bucket": i, "layout": int(layouts[i]), "numel": n, "sent": None, "rounds": 1,
-                "reduce_calls": 1, "gather_calls": 0, "reduce_bytes": 4 * n, "gather_bytes": 0, "ready_s": ready[i],
-                "encode_s": 0.001 * (i + 1), "decode_s": None, "start_s": ready[i], "done_s": ready[i] + 0.01}
+                "reduce_calls": 1, "gather_calls": 2 if i and gathered else 0, "reduce_bytes": 4 * n,
+                "gather_bytes": gathered if i else 0, "ready_s": ready[i], "encode_s": 0.001 * (i + 1),
+                "decode_s": 0.0005, "start_s": ready[i], "done_s": ready[i] + 0.01}
                for i, n in enumerate((10, 20))]
-    return {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {"run_id": run_id},
+    return {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {"run_id": run_id, "host": "h"},
             "job": {"compressor": "none", "compressor_options": {}, "workload": "mlp", "workload_options": {},
                     "nodes": 1, "batch_size": 16, "bucket_cap_mb": 0.0001, "mode": "overlap", "comm": "allreduce",
                     "comm_options": {}, "optimizer": "sgd", "steps": 1, "bw_bps": 1e9, "seed": 0},
@@ -324,31 +327,54 @@ def _run_trace(run_id: str, ready: tuple[float, float], step_s: float, layouts=(
             "layouts": {"0": {layouts[0]: [["module.a", [10]]], layouts[1]: [["module.b", [20]]]}},
             "ranks": [{"rank": 0, "steps": [{"step": 0, "step_s": step_s, "compute_s": step_s / 2, "forward_s": None,
                                              "optim_s": 0.001, "encode_s": 0.003, "decode_s": None, "comm_s": None,
-                                             "sync_s": None, "buckets": buckets}]}]}
+                                             "sync_s": None, "buckets": [buckets[i] for i in order]}]}]}
 
 
 def test_a_trace_of_several_runs_takes_each_time_as_their_median():
     """Golden case by hand: three runs' ready times (10, 60, 20 ms for bucket 0; 40, 45, 90 ms for
-    bucket 1) and step times (100, 130, 110 ms) merge into 20 and 45 ms and 110 ms; a time one run
-    lacks stays null (planted: the mean gives 30, 58.3 and 113.3 ms); the buckets are matched by
-    DDP's index and their parameters, not by the layout numbers each run gave them (the third
-    numbered them the other way round)."""
+    bucket 1) and step times (100, 130, 110 ms) merge into 20 and 45 ms and 110 ms (planted: the
+    mean gives 30, 58.3 and 113.3 ms); a time one run lacks stays null; the buckets are matched by
+    DDP's index and their parameters, not by the layout numbers each run gave them or the order it
+    listed them in (the third did both the other way round); sizes are the median run's."""
     from gctestbed import trace
-    runs = [_run_trace("r1", (0.010, 0.040), 0.100), _run_trace("r2", (0.060, 0.045), 0.130),
-            _run_trace("r3", (0.020, 0.090), 0.110, layouts=("1", "0"))]
+    runs = [_run_trace("r1", (0.010, 0.040), 0.100, gathered=300), _run_trace("r2", (0.060, 0.045), 0.130, gathered=100),
+            _run_trace("r3", (0.020, 0.090), 0.110, layouts=("1", "0"), order=(1, 0), gathered=200)]
+    runs[1]["ranks"][0]["steps"][0]["forward_s"] = 0.01
     merged = trace.merge(runs)
     step = merged["ranks"][0]["steps"][0]
-    assert [b["ready_s"] for b in step["buckets"]] == [0.020, 0.045]
+    buckets = sorted(step["buckets"], key=lambda b: b["bucket"])      # in the median run's (r3's) order
+    assert [b["ready_s"] for b in buckets] == [0.020, 0.045]
     assert (step["step_s"], step["compute_s"], step["forward_s"]) == (0.110, 0.055, None)
-    assert [b["done_s"] for b in step["buckets"]] == pytest.approx([0.030, 0.055])
-    assert [b["decode_s"] for b in step["buckets"]] == [None, None]
+    assert [b["done_s"] for b in buckets] == pytest.approx([0.030, 0.055])
     assert merged["recorded"]["merged_from"] == ["r1", "r2", "r3"] and runs[0]["ranks"][0]["steps"][0]["step_s"] == 0.100
+    assert buckets[1]["gather_bytes"] == 200                           # r3's: the median of 300, 100 and 200 bytes
     assert trace.merge(runs[:1]) is runs[0]
     other = _run_trace("r4", (0.01, 0.02), 0.1)
     other["job"]["compressor"] = "fp16"
     with pytest.raises(UserError, match="differs from run r1 in compressor"):
         trace.merge([runs[0], other])
+    elsewhere = _run_trace("r6", (0.01, 0.02), 0.1)
+    elsewhere["recorded"]["host"] = "g"
+    with pytest.raises(UserError, match="in host"):
+        trace.merge([runs[0], elsewhere])
     swapped = _run_trace("r5", (0.01, 0.02), 0.1)
     swapped["layouts"]["0"] = {"0": [["module.b", [20]]], "1": [["module.a", [10]]]}     # bucket 0 held b here
     with pytest.raises(UserError, match="exchanged other buckets"):
         trace.merge([runs[0], swapped])
+
+
+def test_a_merged_buckets_times_stay_in_order():
+    """Medians of sums are not sums of medians: three runs whose (start, encode, end) are (0, 50,
+    50), (50, 0, 50) and (50, 50, 100) ms would merge, time by time, to start 50, encode 50 and end
+    50 ms, a collective of -50 ms (planted: each time its own median). Rebuilt from the medians of
+    the wait, encode, collective and decode, every bucket begins after it was ready and ends after
+    its encode and decode."""
+    from gctestbed import trace
+    runs = []
+    for i, (start, encode, done) in enumerate(((0.0, 0.05, 0.05), (0.05, 0.0, 0.05), (0.05, 0.05, 0.10))):
+        t = _run_trace(f"r{i}", (0.0, 0.0), 0.2)
+        for b in t["ranks"][0]["steps"][0]["buckets"]:
+            b.update(ready_s=0.0, start_s=start, encode_s=encode, decode_s=0.0, done_s=done)
+        runs.append(t)
+    for b in trace.merge(runs)["ranks"][0]["steps"][0]["buckets"]:
+        assert b["ready_s"] <= b["start_s"] and b["start_s"] + b["encode_s"] + b["decode_s"] <= b["done_s"], b

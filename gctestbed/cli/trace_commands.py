@@ -11,7 +11,7 @@ import click
 from .. import chrometrace, flags, results
 from .. import trace as trace_
 from .. import tracefile
-from ..spec import UserError
+from ..spec import RunSpec, UserError
 from . import console, main
 from .render import trace_table
 
@@ -31,7 +31,9 @@ def record(run_ids, results_dir, path):
     (one run's compute on a busy host carries its own luck into every replay)."""
     conn = results.connect(results_dir, create=False)
     try:
-        data = trace_.merge([trace_.extract(conn, results.find_run(conn, r)["run_id"]) for r in run_ids or [None]])
+        runs = list(dict.fromkeys(results.find_run(conn, r)["run_id"] for r in run_ids or [None]))   # each once
+        trace_.mergeable([RunSpec.from_json(results.find_run(conn, r)["spec"]) for r in runs])
+        data = trace_.merge([trace_.extract(conn, r) for r in runs])
     finally:
         conn.close()
     tracefile.save(data, path)
