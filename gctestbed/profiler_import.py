@@ -17,30 +17,21 @@ the file travels.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 from typing import Any
 
 from .spec import UserError
-from .tracefile import FORMAT, VERSION
+from .tracefile import FORMAT, VERSION, read_json
 
 # how the profiler names a tensor's element type (its "Input type"), as torch names the dtype
 DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
           "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
-SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1,
-         "int8": 1}
 
 
 def load_profile(path: str) -> dict[str, Any]:
     """A Chrome trace written by torch.profiler (``.json`` or ``.json.gz``); one UserError otherwise."""
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read profile {path}: {getattr(e, 'strerror', None) or e}.") from None
+    data = read_json(path, "profile")
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise UserError(f"{path} is not a Chrome trace of torch.profiler (no traceEvents).")
     return data
@@ -60,12 +51,12 @@ def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                             f"{_sizes(structure)} elements): the profiles are not of one job.")
     names = [f"module.bucket{i}" for i in range(len(structure))]      # bucket i: the i-th backward released
     params = [[name, [numel]] for name, (numel, _) in reversed(list(zip(names, structure)))]   # the model's order
-    # each parameter closes a bucket of its own: DDP closes one once it holds the cap (given a cap, torch
-    # 2.13 holds its first rebuilt bucket to the same cap, not to its default first-bucket 1 MiB)
-    smallest = min(numel * SIZES[dtype] for numel, dtype in structure)
     if {dtype for _, dtype in structure} != {"float32"}:
         raise UserError(f"{ranks[0]['path']}: its buckets are {', '.join(sorted({d for _, d in structure}))}; "
                         "a replay's parameters are float32.")
+    # each parameter closes a bucket of its own: DDP closes one once it holds the cap (given a cap, torch
+    # 2.13 holds its first rebuilt bucket to the same cap, not to its default first-bucket 1 MiB)
+    smallest = 4 * min(numel for numel, _ in structure)
     layouts = {"0": [list(p) for p in params], **{str(i + 1): [[name, [numel]]]
                                                   for i, (name, (numel, _)) in enumerate(zip(names, structure))}}
     total = sum(numel for numel, _ in structure)

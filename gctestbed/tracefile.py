@@ -41,14 +41,20 @@ def save(trace: dict[str, Any], path: str) -> None:
         raise UserError(f"cannot write trace {path}: {e.strerror or e}.") from None
 
 
-def load(path: str) -> dict[str, Any]:
-    """A trace from ``path``, checked for its format and version: anything else is one UserError."""
+def read_json(path: str, what: str = "trace") -> Any:
+    """The JSON in ``path`` (gzip-compressed when its name ends in .gz): one UserError, naming
+    ``what`` it was, when it cannot be read."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            trace = json.load(f)
+            return json.load(f)
     except (OSError, EOFError, ValueError) as e:
-        raise UserError(f"cannot read trace {path}: {e}") from None
+        raise UserError(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or e}.") from None
+
+
+def load(path: str) -> dict[str, Any]:
+    """A trace from ``path``, checked for its format and version: anything else is one UserError."""
+    trace = read_json(path)
     if not isinstance(trace, dict) or trace.get("format") != FORMAT:
         raise UserError(f"{path} is not a gctestbed trace (no \"format\": \"{FORMAT}\").")
     if trace.get("version") != VERSION:
