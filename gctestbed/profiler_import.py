@@ -26,7 +26,7 @@ from .tracefile import FORMAT, VERSION, read_json
 
 # how the profiler names a tensor's element type (its "Input type"), as torch names the dtype
 DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
-          "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
+          "long int": "int64", "int": "int32", "short int": "int16", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
 
 
 def load_profile(path: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ by FORMAT and VERSION; docs/replay.md says what each field holds and what versio
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -126,6 +127,15 @@ def mergeable(specs: list[RunSpec]) -> None:
                             "merges runs of one job.")
 
 
+def of_runs(runs: list[tuple[sqlite3.Connection, str | None]]) -> dict[str, Any]:
+    """The trace of one run, or of several runs of one job (``mergeable``, then ``merge``): each
+    ``(store, run id)``, the latest run of a store where the id is None, a run given twice taken once."""
+    rows = list({(id(conn), row["run_id"]): (conn, row) for conn, r in runs
+                 for row in [results.find_run(conn, r)]}.values())
+    mergeable([RunSpec.from_json(row["spec"]) for _, row in rows])
+    return merge([extract(conn, row["run_id"]) for conn, row in rows])
+
+
 def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
     """One trace from the traces of several runs of one job on one host (``JOB``, ``HOST``; their
     seeds free): per rank, step and bucket (DDP's index and parameters), the median of each time
@@ -133,9 +143,9 @@ def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
     median (all runs', for a method whose sizes do not vary); a bucket's start and end are rebuilt
     from the medians of its ready time, wait, encode, collective and decode, so they stay in order.
     Why: a replay reproduces its trace's compute, and one run's compute on a shared host sits tens
-    of percent from another's, so a trace of one run carries that run's luck into every replay
-    (docs/replay.md, "Nine seeds"). One UserError where the runs are not of one job or did not
-    exchange the same buckets."""
+    of percent from another's (docs/replay.md, "Nine seeds"); whether a merged trace replays closer
+    to real runs has not been measured fairly yet. One UserError where the runs are not of one job
+    or did not exchange the same buckets (``of_runs`` also holds their settings to ``mergeable``)."""
     if len(traces) == 1:
         return traces[0]
     name = [t["recorded"].get("run_id") for t in traces]
@@ -151,7 +161,7 @@ def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
     sent = [sum(b["reduce_bytes"] + b["gather_bytes"] for r in t["ranks"] for s in r["steps"] for b in s["buckets"])
             for t in traces]
     base = traces[sorted(range(len(traces)), key=lambda i: (sent[i], i))[(len(traces) - 1) // 2]]
-    out = json.loads(json.dumps(base))
+    out = copy.deepcopy(base)
     for r, rank in enumerate(out["ranks"]):
         for k, step in enumerate(rank["steps"]):
             twins = [t["ranks"][r]["steps"][k] for t in traces]
@@ -192,6 +202,7 @@ def _bucket(trace: dict, r: int, step: dict, b: dict, base: dict) -> dict | None
 
 
 def _median_or_none(values: list) -> float | None:
+    """The median, or None where any run lacks the time (unlike ``_median``, which skips what is missing)."""
     return None if any(v is None for v in values) else statistics.median(values)
 
 

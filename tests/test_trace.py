@@ -73,7 +73,9 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     about = json.loads(shown.stdout)
     assert about["elements"] == sum(p.numel() for p in model.parameters())
     assert [r["bytes"] for r in about["ranks"]] == [math.ceil(about["elements"] / 16) * 4] * NODES
-    # the job again (another seed): one trace of both runs, each time the median of the two (their mean)
+    # the job again (another seed): one trace of both runs, each time the median of the two (their mean). What
+    # this checks is the matching of real runs' buckets and the command; the median itself is checked by hand
+    # in test_a_trace_of_several_runs_takes_each_time_as_their_median
     again = gctestbed("run", "--nodes", str(NODES), "--bw", "1gbit", "--steps", str(STEPS), "--compressor", "twobit",
                       "--seed", "1", "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
     assert again.returncode == 0, again.stderr
@@ -378,3 +380,15 @@ def test_a_merged_buckets_times_stay_in_order():
         runs.append(t)
     for b in trace.merge(runs)["ranks"][0]["steps"][0]["buckets"]:
         assert b["ready_s"] <= b["start_s"] and b["start_s"] + b["encode_s"] + b["decode_s"] <= b["done_s"], b
+
+def test_runs_merge_only_when_they_are_one_job():
+    """Seeds, evaluations and bookkeeping may differ between merged runs; anything that changes the
+    times a trace holds (here the CPUs per node, the kernels) may not."""
+    from gctestbed import trace
+    from gctestbed.spec import LinkSpec, RunSpec
+    base = RunSpec(nodes=2, link=LinkSpec(bw_bps=10**9), steps=4, run_id="a")
+    trace.mergeable([base, base.replace(seed=7, eval_every=2, run_id="b", results_dir="elsewhere")])
+    with pytest.raises(UserError, match="run c differs from run a in cpus_per_node"):
+        trace.mergeable([base, base.replace(cpus_per_node=1, run_id="c")])
+    with pytest.raises(UserError, match="in kernels"):
+        trace.mergeable([base, base.replace(kernels="torch", run_id="d")])

@@ -11,7 +11,7 @@ import click
 from .. import chrometrace, flags, results
 from .. import trace as trace_
 from .. import tracefile
-from ..spec import RunSpec, UserError
+from ..spec import UserError
 from . import console, main
 from .render import trace_table
 
@@ -27,13 +27,10 @@ def trace():
 @click.option("-o", "--out", "path", required=True, help="Trace file to write (.json, or .json.gz to compress it).")
 def record(run_ids, results_dir, path):
     """Write the trace of a finished run (the latest when RUN_ID is omitted) from the results store;
-    of several runs of one job, one trace whose times are, per step and bucket, their medians
-    (one run's compute on a busy host carries its own luck into every replay)."""
+    of several runs of one job, one trace whose times are, per step and bucket, their medians."""
     conn = results.connect(results_dir, create=False)
     try:
-        runs = list(dict.fromkeys(results.find_run(conn, r)["run_id"] for r in run_ids or [None]))   # each once
-        trace_.mergeable([RunSpec.from_json(results.find_run(conn, r)["spec"]) for r in runs])
-        data = trace_.merge([trace_.extract(conn, r) for r in runs])
+        data = trace_.of_runs([(conn, r) for r in run_ids or [None]])
     finally:
         conn.close()
     tracefile.save(data, path)
