@@ -1,4 +1,5 @@
-"""The one clock of gctestbed: a monotonic high-resolution timer and a lap counter on it."""
+"""The one clock of gctestbed: a monotonic high-resolution timer, a lap counter on it, and the
+moments and spans that on a GPU are the GPU's own time rather than when the CPU queued the work."""
 
 from __future__ import annotations
 
@@ -47,3 +48,44 @@ class Waiter:
 
     def wait(self, seconds: float) -> None:
         self.until(now() + seconds)
+
+
+class Moment:
+    """A point in a step: the CPU clock's reading and, where ``cuda``, a CUDA event recorded on the
+    calling thread's current stream. The event completes when the GPU reaches it, so a span between
+    two events is the GPU's time for the work queued between them (what an encode kernel took),
+    not the microseconds the CPU spent queueing it. Read spans only once the step's GPU work is
+    done (after a synchronise): the worker reads them when it closes the step."""
+
+    __slots__ = ("cpu", "event")
+
+    def __init__(self, cuda: bool = False):
+        self.cpu = now()
+        self.event = None
+        if cuda:
+            import torch
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record()
+
+
+class Span:
+    """From one Moment to another: the GPU's seconds where both carry events, else the CPU's."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: Moment, end: Moment):
+        self.start, self.end = start, end
+
+    def seconds(self) -> float:
+        if self.start.event is not None and self.end.event is not None:
+            return self.start.event.elapsed_time(self.end.event) / 1e3
+        return self.end.cpu - self.start.cpu
+
+
+def seconds(value) -> float:
+    """A duration given as seconds, a Span, or a list of either, in seconds (a list: its sum)."""
+    if isinstance(value, Span):
+        return value.seconds()
+    if isinstance(value, (list, tuple)):
+        return sum(seconds(v) for v in value)
+    return value

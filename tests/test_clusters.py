@@ -49,9 +49,10 @@ def test_compose_files_pass_compose_validation(tmp_path, nodes):
         assert "100mbit" in resolved["services"]["node0" if profile == "gpu" else "cpu-node0"]["command"]
 
 
-def test_nccl_refuses_nodes_sharing_a_gpu():
-    with pytest.raises(UserError, match="Use --backend gloo with --device cuda"):
-        nodeenv.check_nccl(2, 1)
+def test_nccl_refuses_a_host_without_a_gpu_and_lets_nodes_share_one():
+    with pytest.raises(UserError, match="needs a GPU, and torch sees none"):
+        nodeenv.check_nccl(2, 0)
+    nodeenv.check_nccl(2, 1)          # distinct NCCL_HOSTIDs keep them apart (scripts/gpu-check's nccl step)
     nodeenv.check_nccl(2, 2)
 
 

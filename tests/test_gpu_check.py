@@ -29,7 +29,7 @@ def test_dry_run_records_the_machine_and_lists_the_gpu_commands(tmp_path):
     collect, gpu = steps["cuda-tests"]["commands"]
     assert collect["rc"] == 0 and gpu["rc"] is None and "-m" in gpu["argv"] and "cuda" in gpu["argv"]
     assert steps["cuda-tests"]["status"] == "dry-run"
-    assert (tmp_path / "logs.tar.gz").stat().st_size > 0
+    assert (tmp_path / "bundle.tar.gz").stat().st_size > 0
 
 
 def test_a_step_that_breaks_is_recorded_and_fails_the_check(tmp_path):

@@ -14,7 +14,10 @@ that needs a further collective waits for it in the driver, never on a backend t
 
 The state object, like PyTorch's PowerSGDState, counts what each step cost: payload bytes (and
 the part of them that is gathered), the bytes the collectives transmit, the collectives issued,
-buckets, encode and decode time, and the communication time.
+buckets, encode and decode time, and the communication time. On a GPU those times are the GPU's
+(CUDA events around the work, read when the step closes): the CPU only queues kernels and
+NCCL's collectives, so its clock would time the queueing. When the hook got a bucket, and when
+a bucket's exchange began and ended on the step's clock, stay the CPU's moments.
 
 Two timing modes. ``overlap`` is the above: production DDP, where the communication time is the
 span from the first bucket's launch to the last one's completion. ``serial`` lets backward finish
@@ -33,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..timing import now
+from ..timing import Moment, Span, now, seconds
 from . import collectives
 from ..spec import DENSE_FLOOR
 from .base import Bucket, Compressor, Payload
@@ -54,8 +57,9 @@ class HookState:
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
                  dense_floor: int = DENSE_FLOOR, serial: bool = False,
-                 names: dict[int, str] | None = None, exchange=None):
+                 names: dict[int, str] | None = None, exchange=None, cuda: bool = False):
         self.compressor = compressor
+        self.cuda = cuda                  # the buckets are on a GPU: time its work with CUDA events
         self.exchange = exchange or ring_exchange     # how one bucket meets the others (gctestbed.comm: servers)
         self.names = names or {}          # id(parameter) -> its name in the model: a bucket's ids
         self.serial = serial
@@ -83,10 +87,10 @@ class HookState:
                 future.set_exception(e)
 
     def _reset(self) -> None:
-        self._stats = {"encode_s": 0.0, "decode_s": 0.0}      # parameter servers add push_s and pull_s
-        self._comm_start: float | None = None
-        self._comm_end: float | None = None
-        self._comm_busy = 0.0
+        self._stats = {"encode_s": [], "decode_s": []}     # seconds or Spans; parameter servers add push_s and pull_s
+        self._comm_start: Moment | None = None        # the step's first collective launched
+        self._comm_ends: list[Moment] = []            # each collective round's completion
+        self._comm_busy: list[Span] = []              # each collective round, launch to completion
         self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
         self._step_start: float | None = None         # the step's first forward (HookState.started)
         self._ready: dict[int, float] = {}            # bucket index -> when the hook got it this step
@@ -99,10 +103,14 @@ class HookState:
         are their sums."""
         with self._lock:
             exchanges = self._exchanges
-            stats = {**self._stats, **{key: sum(ex[key] for ex in exchanges) for key in ROUND_FIELDS},
+            for ex in exchanges:
+                ex["encode_s"], ex["decode_s"] = (None if ex[k] is None else seconds(ex[k]) for k in ("encode_s", "decode_s"))
+            stats = {**{key: seconds(parts) for key, parts in self._stats.items()},
+                     **{key: sum(ex[key] for ex in exchanges) for key in ROUND_FIELDS},
                      "buckets": len(exchanges), "exchanges": exchanges, "layouts": self._new_layouts}
-            span = (self._comm_end - self._comm_start) if self._comm_start and self._comm_end else None
-            stats["comm_s"] = (self._comm_busy if exchanges else None) if self.serial else span
+            start = self._comm_start
+            span = max(Span(start, end).seconds() for end in self._comm_ends) if start and self._comm_ends else None
+            stats["comm_s"] = (seconds(self._comm_busy) if exchanges else None) if self.serial else span
             # the bucket backward finishes last (DDP's highest index): its exchange cannot overlap backward
             tail = max((ex["bucket"] for ex in exchanges), default=None)
             stats["tail_tx_bytes"] = (sum(ex["expected_tx_bytes"] for ex in exchanges if ex["bucket"] == tail)
@@ -131,13 +139,17 @@ class HookState:
         with self._lock:
             self._ready[ctx.key] = at
 
+    def moment(self) -> Moment:
+        """Now, with a CUDA event where the buckets are on a GPU (see timing.Moment)."""
+        return Moment(self.cuda)
+
     def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, Any]],
-               encode_s: float | None = None, decode_s: float | None = None,
-               started: float | None = None, done: float | None = None) -> None:
+               encode_s=None, decode_s=None, started: float | None = None, done: float | None = None) -> None:
         """One bucket's exchange, for the store (and the contract check, which reads it there), with
         when the hook got it, when its encoding began (``started``) and when its decoded result was
         in the bucket (``done``), all three from the step's first forward, its encode and decode
-        seconds, and per round what this rank put on the wire (each round's ``wire``, see ``wire_of``:
+        seconds (seconds, Spans or lists of them, read when the step closes), and per round what
+        this rank put on the wire (each round's ``wire``, see ``wire_of``:
         what a replay needs to send payloads of the recorded sizes)."""
         layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
         with self._lock:
@@ -154,21 +166,32 @@ class HookState:
                 "ready_s": _since(ready, since), "start_s": _since(started, since), "done_s": _since(done, since),
                 "encode_s": encode_s, "decode_s": decode_s, "payloads": [r["wire"] for r in rounds]})
 
-    def count(self, **add: float) -> None:
+    def count(self, **add) -> None:
+        """Add seconds, or Spans (read when the step closes), to the step's counters."""
         with self._lock:
             for key, value in add.items():
-                self._stats[key] = self._stats.get(key, 0.0) + value
+                self._stats.setdefault(key, []).append(value)
 
-    def launched(self, at: float) -> None:
+    def launched(self, at: Moment | float) -> None:
         with self._lock:
             if self._comm_start is None:
-                self._comm_start = at
+                self._comm_start = _moment(at)
 
-    def arrived(self, at: float, since: float) -> None:
+    def arrived(self, at: Moment | float, since: Moment | float) -> None:
         """A collective round launched at ``since`` completed at ``at``."""
+        at, since = _moment(at), _moment(since)
         with self._lock:
-            self._comm_end = at if self._comm_end is None else max(self._comm_end, at)
-            self._comm_busy += at - since
+            self._comm_ends.append(at)
+            self._comm_busy.append(Span(since, at))
+
+
+def _moment(at: Moment | float) -> Moment:
+    """A CPU clock reading (what the parameter servers' exchange passes) as a Moment without an event."""
+    if isinstance(at, Moment):
+        return at
+    moment = Moment()
+    moment.cpu = at
+    return moment
 
 
 ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")
@@ -234,51 +257,52 @@ def ring_exchange(state: HookState, future: torch.futures.Future, buffer: torch.
     numel = buffer.numel()
     check_finite(buffer, ctx)
     compressor = state.compressor if numel >= state.dense_floor else PLAIN
-    t0 = now()
+    t0 = state.moment()
     payload = compressor.encode(buffer.div_(state.world_size), ctx)
-    launched = launched_first = now()
-    state.count(encode_s=launched - t0)
+    launched = state.moment()
+    encode = Span(t0, launched)
+    state.count(encode_s=encode)
     state.launched(launched)
     if compressor.rounds == 1 and not payload.gather:
         # summed only, one round: let the all-reduce run while the driver takes the next bucket
         collectives.allreduce(payload.reduce, state.process_group).then(
             lambda done: _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, t0))
         return
-    current, decode_s, rounds = payload, 0.0, []
+    current, decode, rounds = payload, [], []
     while True:
         collectives.allreduce(current.reduce, state.process_group).wait()
         rounds.append(_finish_round(state, current))
-        state.arrived(now(), launched)
-        t = now()
+        t = state.moment()
+        state.arrived(t, launched)
         result = compressor.decompress(current, ctx, numel, out=buffer)    # native decoders write in place
-        decode_s += now() - t
+        decode.append(Span(t, state.moment()))
         if not isinstance(result, Payload):
             break
-        current, launched = result, now()
-    deliver(state, future, buffer, result, decode_s,
-            lambda done: state.record(ctx, numel, payload.sent, rounds, launched_first - t0, decode_s, t0, done))
+        current, launched = result, state.moment()
+    deliver(state, future, buffer, result, decode,
+            lambda done: state.record(ctx, numel, payload.sent, rounds, encode, decode, t0.cpu, done))
 
 
 def _complete(state, future, buffer, ctx, compressor, payload, numel, launched, done, t0) -> None:
     """Completion of a one-round, summed-only payload (on a backend thread: no collectives here),
-    encoded from ``t0`` to ``launched``. A failed all-reduce (a timeout, a broken connection) fails
-    the bucket: never decode unsummed."""
+    encoded from ``t0`` to ``launched`` (Moments). A failed all-reduce (a timeout, a broken
+    connection) fails the bucket: never decode unsummed."""
     try:
         done.value()
         round_ = _finish_round(state, payload)
-        state.arrived(now(), launched)
-        t = now()
+        t = state.moment()
+        state.arrived(t, launched)
         result = compressor.decompress(payload, ctx, numel)
-        decode_s = now() - t
-        deliver(state, future, buffer, result, decode_s,
-                lambda at: state.record(ctx, numel, payload.sent, [round_], launched - t0, decode_s, t0, at))
+        decode = Span(t, state.moment())
+        deliver(state, future, buffer, result, decode,
+                lambda at: state.record(ctx, numel, payload.sent, [round_], Span(t0, launched), decode, t0.cpu, at))
     except BaseException as e:  # noqa: BLE001
         state.failure = e
         future.set_exception(e)
 
 
 def deliver(state: HookState, future: torch.futures.Future, buffer: torch.Tensor, result: torch.Tensor,
-            decode_s: float, record) -> None:
+            decode_s, record) -> None:
     """Put the decoded ``result`` in the bucket, ``record(done)`` the exchange with the moment it was
     there, and complete DDP's future (after the record, so the step that waits on it has it)."""
     if result.data_ptr() != buffer.data_ptr():
@@ -298,7 +322,8 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     if serial and not model.gradient_as_bucket_view:
         raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
     state = HookState(compressor, process_group, serial=serial,
-                      names={id(p): name for name, p in model.named_parameters()}, exchange=exchange)
+                      names={id(p): name for name, p in model.named_parameters()}, exchange=exchange,
+                      cuda=any(p.is_cuda for p in model.parameters()))
     compressor.attach(model)
     # the step's clock starts where the wrapped module's forward does (after DDP's own preparation),
     # where a replayed model (workloads/replay.py) starts its own

@@ -36,9 +36,10 @@ def node_environment(rank: int, world_size: int, master_addr: str, host_id: str,
 
 
 def check_nccl(nodes_per_host: int, gpus: int) -> None:
-    """Refuse NCCL where it could bypass the shaped link: nodes sharing a GPU (one process per
-    device is NCCL's rule, and peers on one device or host talk through memory, not sockets)."""
-    if gpus < nodes_per_host:
-        raise UserError(f"--backend nccl with {nodes_per_host} nodes on this host needs a GPU per node, and torch sees "
-                        f"{gpus}: nodes sharing a GPU would reach each other around the shaped link. Use --backend "
-                        "gloo with --device cuda (Gloo sends CUDA tensors through the shaped sockets), or fewer nodes.")
+    """Refuse NCCL where it cannot run: a host without a GPU. Nodes may share a GPU: each has its
+    own NCCL_HOSTID, so NCCL takes them for separate hosts (its duplicate-GPU check compares the
+    host id with the bus id), and with P2P, SHM and IB off it can only reach the others through
+    its socket transport on the node's shaped interface."""
+    if gpus < 1:
+        raise UserError(f"--backend nccl needs a GPU, and torch sees none on this host for its {nodes_per_host} "
+                        "node(s); use --backend gloo (--device cpu), or run where torch sees a GPU.")
