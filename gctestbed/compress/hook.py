@@ -226,17 +226,21 @@ def _finish_round(state: HookState, payload: Payload) -> dict[str, int]:
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP hook: hand the bucket to the driver thread; the future completes with the new bucket.
     In serial mode, keep the bucket for ``exchange_pending`` and hand it back untouched."""
-    future: torch.futures.Future = torch.futures.Future()
+    # on a GPU, a future that knows its device: set_result then records events on the streams the
+    # decode ran on (a Gloo completion runs on a stream of its own), and DDP's wait orders its copy
+    # of the bucket after them; a plain future would let DDP read the bucket before the decode wrote it
+    buffer = bucket.buffer()
+    future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
     params = bucket.parameters()
     ids = tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params))
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
                  world=state.world_size, params=params, ids=ids)
     state.ready(ctx, now())
     if state.serial:
-        state.pending.append((bucket.buffer(), ctx))
-        future.set_result(bucket.buffer())
+        state.pending.append((buffer, ctx))
+        future.set_result(buffer)
         return future
-    state._jobs.put((future, bucket.buffer(), ctx))
+    state._jobs.put((future, buffer, ctx))
     return future
 
 
