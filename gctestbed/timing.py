@@ -51,21 +51,22 @@ class Waiter:
 
 
 class Moment:
-    """A point in a step: the CPU clock's reading and, where ``cuda``, a CUDA event recorded on the
-    calling thread's current stream. The event completes when the GPU reaches it, so a span between
-    two events is the GPU's time for the work queued between them (what an encode kernel took),
-    not the microseconds the CPU spent queueing it. Read spans only once the step's GPU work is
-    done (after a synchronise): the worker reads them when it closes the step."""
+    """A point in a step: the CPU clock's reading and, given a GPU ``device``, a CUDA event recorded
+    on the calling thread's current stream of that device. The event completes when the GPU reaches
+    it, so a span between two events is the GPU's time for the work queued between them (what an
+    encode kernel took), not the microseconds the CPU spent queueing it. On a GPU that other
+    processes share, or with other work queued on the same stream in between (backward's kernels,
+    with several buckets), the span holds that work too."""
 
     __slots__ = ("cpu", "event")
 
-    def __init__(self, cuda: bool = False):
+    def __init__(self, device=None):
         self.cpu = now()
         self.event = None
-        if cuda:
+        if device is not None:
             import torch
             self.event = torch.cuda.Event(enable_timing=True)
-            self.event.record()
+            self.event.record(torch.cuda.current_stream(device))
 
 
 class Span:
@@ -77,7 +78,10 @@ class Span:
         self.start, self.end = start, end
 
     def seconds(self) -> float:
+        """Waits for the GPU to reach the end event where it has not (a caller that closes its step
+        without synchronising, such as a user's own program)."""
         if self.start.event is not None and self.end.event is not None:
+            self.end.event.synchronize()
             return self.start.event.elapsed_time(self.end.event) / 1e3
         return self.end.cpu - self.start.cpu
 
@@ -87,5 +91,5 @@ def seconds(value) -> float:
     if isinstance(value, Span):
         return value.seconds()
     if isinstance(value, (list, tuple)):
-        return sum(seconds(v) for v in value)
+        return float(sum(seconds(v) for v in value))
     return value

@@ -32,7 +32,7 @@ def test_compose_nodes_each_get_their_own_gpu_and_sockets_only():
         assert s["cap_add"] == ["NET_ADMIN"] and "privileged" not in s
         assert s["environment"]["NCCL_NET"] == "Socket" and s["environment"]["NCCL_SHM_DISABLE"] == "1"
         assert "--dev" in s["command"] and "${BW:-1gbit}" in s["command"]
-    with pytest.raises(ValueError, match="bypass the shaped link"):
+    with pytest.raises(ValueError, match="a GPU of its own"):
         compose.compose(2, ["0", "0"])
 
 
@@ -54,6 +54,21 @@ def test_nccl_refuses_a_host_without_a_gpu_and_lets_nodes_share_one():
         nodeenv.check_nccl(2, 0)
     nodeenv.check_nccl(2, 1)          # distinct NCCL_HOSTIDs keep them apart (scripts/gpu-check's nccl step)
     nodeenv.check_nccl(2, 2)
+
+
+def test_the_docker_launcher_refuses_more_gpu_nodes_than_gpus_before_building_anything(monkeypatch):
+    """Its containers get GPU i each, so two nodes on one GPU are refused in one sentence (netns may share)."""
+    import torch
+    from gctestbed import flags
+    from gctestbed.launch import docker
+
+    monkeypatch.setattr(docker.DockerCluster, "check_host", staticmethod(lambda: None))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    spec = flags.build_spec(nodes="2", device="cuda", launcher="docker")
+    cluster = docker.DockerCluster(spec, state=None)
+    cluster.shaped = None                 # anything built past the check would fail on this
+    with pytest.raises(UserError, match="gives node i GPU i, and torch sees 1 for 2 nodes"):
+        cluster.up()
 
 
 def _run_hosts(name: str, count: int, args: list[str], tmp_path) -> None:

@@ -1,6 +1,7 @@
 """The GPU traces kept in traces/h200 (recorded with NCCL on an NVIDIA H200, docs/replay.md): each
-is what it says it is, and its payloads follow each method's own size law, worked from the
-sources' rules rather than from the code that recorded them."""
+is what it says it is, and its payloads follow each method's own size law, worked by hand from
+the sources' rules (DGC's epoch length and selection bounds are gctestbed's own options). The
+files are read, not recorded: this guards the kept traces, not the recording."""
 
 from __future__ import annotations
 

@@ -57,9 +57,9 @@ class HookState:
 
     def __init__(self, compressor: Compressor, process_group: dist.ProcessGroup | None = None,
                  dense_floor: int = DENSE_FLOOR, serial: bool = False,
-                 names: dict[int, str] | None = None, exchange=None, cuda: bool = False):
+                 names: dict[int, str] | None = None, exchange=None, device: torch.device | None = None):
         self.compressor = compressor
-        self.cuda = cuda                  # the buckets are on a GPU: time its work with CUDA events
+        self.device = device if device is not None and device.type == "cuda" else None   # a GPU: CUDA events time it
         self.exchange = exchange or ring_exchange     # how one bucket meets the others (gctestbed.comm: servers)
         self.names = names or {}          # id(parameter) -> its name in the model: a bucket's ids
         self.serial = serial
@@ -78,6 +78,8 @@ class HookState:
 
     def _drive(self) -> None:
         """The driver thread: one bucket at a time, in the order the hook enqueued them."""
+        if self.device is not None:       # a new thread starts on GPU 0: work (and events) go to the buckets' GPU
+            torch.cuda.set_device(self.device)
         while True:
             future, buffer, ctx = self._jobs.get()
             try:
@@ -141,7 +143,7 @@ class HookState:
 
     def moment(self) -> Moment:
         """Now, with a CUDA event where the buckets are on a GPU (see timing.Moment)."""
-        return Moment(self.cuda)
+        return Moment(self.device)
 
     def record(self, ctx: Bucket, numel: int, sent: int | None, rounds: list[dict[str, Any]],
                encode_s=None, decode_s=None, started: float | None = None, done: float | None = None) -> None:
@@ -327,7 +329,7 @@ def install(model: DistributedDataParallel, compressor: Compressor,
         raise ValueError("serial mode needs DDP(..., gradient_as_bucket_view=True)")
     state = HookState(compressor, process_group, serial=serial,
                       names={id(p): name for name, p in model.named_parameters()}, exchange=exchange,
-                      cuda=any(p.is_cuda for p in model.parameters()))
+                      device=next(model.parameters()).device)
     compressor.attach(model)
     # the step's clock starts where the wrapped module's forward does (after DDP's own preparation),
     # where a replayed model (workloads/replay.py) starts its own

@@ -54,8 +54,8 @@ def compose(nodes: int, gpus: list[str] | None = None) -> dict[str, Any]:
     if len(gpus) < nodes:
         raise ValueError(f"{nodes} nodes need {nodes} GPUs, one each; --gpus names {len(gpus)}")
     if len(set(gpus[:nodes])) < nodes:
-        raise ValueError("two nodes on one GPU would let NCCL bypass the shaped link: give each node its own GPU "
-                         "(or use the cpu profile: Gloo, on CPU tensors)")
+        raise ValueError("compose gives each node a GPU of its own (containers sharing one have not been run): name "
+                         "a GPU per node, or use the cpu profile (Gloo, on CPU tensors)")
     services = {}
     for rank in range(nodes):
         services[f"node{rank}"] = _service(rank, nodes, True, gpus[rank])

@@ -123,6 +123,12 @@ class DockerCluster:
 
     def up(self) -> list[Node]:
         self.check_host()
+        if self.gpu:
+            import torch
+            if torch.cuda.device_count() < self.spec.world:
+                raise UserError(f"--launcher docker with --device cuda gives node i GPU i, and torch sees "
+                                f"{torch.cuda.device_count()} for {self.spec.world} nodes: use --launcher netns, "
+                                "whose nodes may share a GPU, or fewer nodes.")
         self.client = image.client()
         name = image.tag(self.gpu)
         self.offline = image.needs_host_mounts(self.client, name)

@@ -37,9 +37,10 @@ def node_environment(rank: int, world_size: int, master_addr: str, host_id: str,
 
 def check_nccl(nodes_per_host: int, gpus: int) -> None:
     """Refuse NCCL where it cannot run: a host without a GPU. Nodes may share a GPU: each has its
-    own NCCL_HOSTID, so NCCL takes them for separate hosts (its duplicate-GPU check compares the
-    host id with the bus id), and with P2P, SHM and IB off it can only reach the others through
-    its socket transport on the node's shaped interface."""
+    own NCCL_HOSTID, so NCCL takes them for separate hosts (it refuses two ranks only when both the
+    host hash, which NCCL_HOSTID sets, and the GPU's bus id match), and with P2P, SHM and IB off it
+    can only reach the others through its socket transport on the node's shaped interface (two
+    nodes on one H200: docs/clusters.md)."""
     if gpus < 1:
         raise UserError(f"--backend nccl needs a GPU, and torch sees none on this host for its {nodes_per_host} "
                         "node(s); use --backend gloo (--device cpu), or run where torch sees a GPU.")
