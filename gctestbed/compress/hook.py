@@ -78,11 +78,17 @@ class HookState:
 
     def _drive(self) -> None:
         """The driver thread: one bucket at a time, in the order the hook enqueued them."""
+        broken = None
         if self.device is not None:       # a new thread starts on GPU 0: work (and events) go to the buckets' GPU
-            torch.cuda.set_device(self.device)
+            try:
+                torch.cuda.set_device(self.device)
+            except BaseException as e:  # noqa: BLE001 - every bucket fails with it, rather than waiting forever
+                broken = e
         while True:
             future, buffer, ctx = self._jobs.get()
             try:
+                if broken is not None:
+                    raise broken
                 self.exchange(self, future, buffer, ctx)
             except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it in backward
                 self.failure = e          # DDP's wrapping garbles the message; the worker reports this one
