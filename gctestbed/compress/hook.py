@@ -195,11 +195,7 @@ class HookState:
 
 def _moment(at: Moment | float) -> Moment:
     """A CPU clock reading (what the parameter servers' exchange passes) as a Moment without an event."""
-    if isinstance(at, Moment):
-        return at
-    moment = Moment()
-    moment.cpu = at
-    return moment
+    return at if isinstance(at, Moment) else Moment(at=at)
 
 
 ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")
