@@ -118,11 +118,12 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     ran = [e for e in events if e["name"] == "gloo:all_reduce"]
     if issued and not _dims(issued[0]):
         raise UserError(f"{path} was profiled without the tensors' shapes: profile with record_shapes=True.")
-    # each issued all-reduce's own run on the process group's thread, matched in order: its dtype and its end
-    if len(ran) != len(issued) or not all(_numel(a) == _numel(b) for a, b in zip(issued, ran)):
+    # each issued all-reduce's own run on one of the process group's threads: its dtype and its end
+    paired = _pair(issued, ran)
+    if paired is None:
         raise UserError(f"{path}: its {len(issued)} all-reduces issued do not match the {len(ran)} Gloo ran, so their "
                         "dtypes are unknown (a profile cut inside a step?).")
-    done = {id(a): b for a, b in zip(issued, ran)}
+    done = {id(a): b for a, b in zip(issued, paired)}
     steps = []
     for k, fwd in enumerate(forwards):
         start, end = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
@@ -161,8 +162,8 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
         return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
     fwd = min(reversed(forwards), key=lambda f: len(casts_in(f)))
     casts = casts_in(fwd)
-    sent = [e for e in events if e["name"] == "gloo:broadcast" and e["ts"] >= fwd["ts"]][:len(casts)]
-    if [_numel(e) for e in sent] != [_numel(e) for e in casts]:
+    sent = _pair(casts, [e for e in events if e["name"] == "gloo:broadcast" and e["ts"] >= fwd["ts"]], every=False)
+    if sent is None:
         raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
                         "dtypes are unknown.")
     buffers = [[f"buffer{i}", [_numel(e)], _dtype(g, path)] for i, (e, g) in enumerate(zip(casts, sent))]
@@ -172,6 +173,21 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
             "created_at": (prof["baseTimeNanoseconds"] / 1e9) if prof.get("baseTimeNanoseconds") else None,
             "optimizer": optim_names.pop() if len(optim_names) == 1 else None,
             "steps": steps, "structure": structure, "buffers": buffers}
+
+
+def _pair(issued: list[dict[str, Any]], ran: list[dict[str, Any]], every: bool = True) -> list[dict[str, Any]] | None:
+    """Each collective issued, in order, with its run on the process group's threads: the earliest
+    run not yet taken that began after it and has its size. Gloo runs its queue on two threads, so
+    two collectives issued close together can start in either order. None where one has no run, or
+    (``every``) where a run was never issued."""
+    left, out = list(ran), []
+    for e in issued:
+        match = next((r for r in left if r["ts"] >= e["ts"] and _numel(r) == _numel(e)), None)
+        if match is None:
+            return None
+        left.remove(match)
+        out.append(match)
+    return None if every and left else out
 
 
 def _dims(e: dict[str, Any]) -> list[int] | None:

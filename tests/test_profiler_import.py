@@ -123,6 +123,21 @@ def test_the_models_buffers_are_what_ddp_broadcast_in_every_forward(single_rank_
     assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]] and data["broadcast_buffers"]
 
 
+def test_broadcasts_gloos_two_threads_started_out_of_order_are_matched_by_size(single_rank_group, tmp_path):
+    """Gloo runs its queue on two threads, so the count's broadcast (one int64) can start before the
+    statistics' (512 floats) issued just ahead of it, as a loaded CI host once showed: each
+    broadcast DDP issued is paired with its own run, not with the next run in time (planted:
+    pairing in time order reads the buffers as mismatched)."""
+    _profile(tmp_path / "p.json", steps=2, batch_norm=True)
+    prof = profiler_import.load_profile(str(tmp_path / "p.json"))
+    runs = sorted((e for e in prof["traceEvents"] if e.get("name") == "gloo:broadcast"), key=lambda e: e["ts"])
+    stats, count = sorted(runs[:2], key=profiler_import._numel, reverse=True)     # the first forward's two
+    assert (profiler_import._numel(stats), profiler_import._numel(count)) == (512, 1)
+    stats["ts"], count["ts"] = max(stats["ts"], count["ts"]) + 1, min(stats["ts"], count["ts"])
+    data = profiler_import.convert([("p.json", prof)])
+    assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]]
+
+
 def test_a_job_profiled_past_its_start_replays_its_first_step_as_ddp_sends_it(single_rank_group, tmp_path):
     """Profiled from the third step (a profiler schedule): every profiled step has the rebuilt
     buckets, but a replay's DDP sends its first step as one bucket of the whole model, so the
