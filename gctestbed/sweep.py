@@ -217,7 +217,11 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             if current is not None and isinstance(e, (runner.Interrupted, KeyboardInterrupt)):
                 results.mark_cell(conn, name, current.key, current.repeat, "interrupted", getattr(e, "run_id", None))
         finally:
-            if problems := _release(conn, kept, hosts, counts):      # told beside the error, not instead of it
+            try:
+                problems = _release(conn, kept, hosts, counts)
+            except Exception as failed:                 # a cleanup that raised: the cell's error stays the one told
+                problems = [f"the cleanup itself failed ({type(failed).__name__}: {failed})"]
+            if problems:                                # told beside the error, not instead of it
                 e.add_note(LEFT + "; ".join(problems))
         raise
     if problems := _release(conn, kept, hosts, counts):

@@ -199,6 +199,27 @@ def test_a_slurm_sweep_takes_its_cells_to_gctestbed_node_as_typed(tmp_path):
         sweep.plan(sweep.Grid(axes=g.axes, launcher="slurm", cpus_per_node="0.5", results_dir=str(tmp_path)))
 
 
+def test_a_cleanup_that_raises_does_not_replace_a_cells_error(tmp_path, monkeypatch):
+    """The kept network's removal raising (not returning what it left) after a cell broke: the
+    cell's error is the one raised, the cleanup's a note on it (planted: the cleanup's raised in
+    its place)."""
+    from gctestbed import runner
+    from gctestbed.launch.kept import KeptNetwork
+
+    def broken(spec, kept=None):
+        raise ValueError("cell broke")
+
+    def close(self):
+        raise OSError("netlink gone")
+    monkeypatch.setattr(runner, "run", broken)
+    monkeypatch.setattr(KeptNetwork, "close", close)
+    g = _grid(tmp_path, bw=["1gbit"], compressor=["none"])
+    g.repeat, g.keep = 1, True
+    with pytest.raises(ValueError, match="cell broke") as e:
+        sweep.run(g, "s", sweep.plan(g))
+    assert any("OSError: netlink gone" in n for n in getattr(e.value, "__notes__", [])), e.value
+
+
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
 def test_what_the_kept_network_left_is_told_beside_a_cells_error(tmp_path, monkeypatch, stop):
     """A cell that raises still closes the kept network; what that could not remove is a note on
