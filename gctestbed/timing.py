@@ -60,8 +60,8 @@ class Moment:
 
     __slots__ = ("cpu", "event")
 
-    def __init__(self, device=None, at: float | None = None):
-        self.cpu = now() if at is None else at        # ``at``: a reading taken earlier (no event then)
+    def __init__(self, device=None):
+        self.cpu = now()
         self.event = None
         if device is not None:
             import torch

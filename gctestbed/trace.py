@@ -108,20 +108,21 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
     }
 
 
-# what runs must share to be merged into one trace: one job on one host, only its seeds free
-JOB = ("compressor", "compressor_options", "workload", "workload_options", "nodes", "batch_size", "bucket_cap_mb",
-       "mode", "comm", "comm_options", "optimizer", "steps", "bw_bps", "latency_s", "dilate")
-HOST = ("host", "cpu", "cpus", "torch", "device", "backend", "launcher")
 # a run's settings that do not change what a trace of it holds: merged runs may differ in these alone
 FREE = ("seed", "run_id", "results_dir", "eval_every", "timeout_s", "calibrate", "accept_miss")
+# and what they must share of where they ran: one host, one torch
+HOST = ("host", "cpu", "cpus", "torch", "device", "backend", "launcher")
 
 
-def mergeable(specs: list[RunSpec]) -> None:
+def mergeable(specs: list[RunSpec], recorded: list[dict[str, Any]] | None = None) -> None:
     """One UserError unless the runs of ``specs`` are one job: the same in every setting but ``FREE``
-    (the CPUs per node, kernels, faults and topology change the times a trace holds)."""
+    (the CPUs per node, kernels, faults and topology change the times a trace holds) and, given
+    their traces' ``recorded``, on one host (``HOST``)."""
     first = {k: v for k, v in dataclasses.asdict(specs[0]).items() if k not in FREE}
-    for spec in specs[1:]:
+    for i, spec in enumerate(specs[1:], 1):
         differ = sorted(k for k, v in dataclasses.asdict(spec).items() if k not in FREE and first.get(k) != v)
+        if recorded:
+            differ += [k for k in HOST if recorded[i].get(k) != recorded[0].get(k)]
         if differ:
             raise UserError(f"run {spec.run_id} differs from run {specs[0].run_id} in {', '.join(differ)}: a trace "
                             "merges runs of one job.")
@@ -132,28 +133,25 @@ def of_runs(runs: list[tuple[sqlite3.Connection, str | None]]) -> dict[str, Any]
     ``(store, run id)``, the latest run of a store where the id is None, a run given twice taken once."""
     rows = list({(id(conn), row["run_id"]): (conn, row) for conn, r in runs
                  for row in [results.find_run(conn, r)]}.values())
-    mergeable([RunSpec.from_json(row["spec"]) for _, row in rows])
-    return merge([extract(conn, row["run_id"]) for conn, row in rows])
+    traces = [extract(conn, row["run_id"]) for conn, row in rows]
+    mergeable([RunSpec.from_json(row["spec"]) for _, row in rows], [t["recorded"] for t in traces])
+    return merge(traces)
 
 
 def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    """One trace from the traces of several runs of one job on one host (``JOB``, ``HOST``; their
-    seeds free): per rank, step and bucket (DDP's index and parameters), the median of each time
-    over the runs. The buckets' sizes and payloads are those of the run whose bytes sent are the
+    """One trace from the traces of several runs of one job on one host (``of_runs`` holds them to
+    ``mergeable`` first): per rank, step and bucket (DDP's index and parameters), the median of each
+    time over the runs. The buckets' sizes and payloads are those of the run whose bytes sent are the
     median (all runs', for a method whose sizes do not vary); a bucket's start and end are rebuilt
     from the medians of its ready time, wait, encode, collective and decode, so they stay in order.
     Why: a replay reproduces its trace's compute, and one run's compute on a shared host sits tens
-    of percent from another's (docs/replay.md, "Nine seeds"); whether a merged trace replays closer
-    to real runs has not been measured fairly yet. One UserError where the runs are not of one job
-    or did not exchange the same buckets (``of_runs`` also holds their settings to ``mergeable``)."""
+    of percent from another's (docs/replay.md, "Nine seeds"); measured against real runs, merged
+    traces replayed no closer than single-run ones (docs/replay.md, "Single-run against merged
+    traces"). One UserError where the runs did not exchange the same model, ranks, steps and buckets."""
     if len(traces) == 1:
         return traces[0]
     name = [t["recorded"].get("run_id") for t in traces]
     for t, run in zip(traces[1:], name[1:]):
-        differ = [k for k in JOB if t["job"].get(k) != traces[0]["job"].get(k)] + \
-            [k for k in HOST if t["recorded"].get(k) != traces[0]["recorded"].get(k)]
-        if differ:
-            raise UserError(f"run {run} differs from run {name[0]} in {', '.join(differ)}: a trace merges runs of one job.")
         if t["parameters"] != traces[0]["parameters"] or [[s["step"] for s in r["steps"]] for r in t["ranks"]] != \
                 [[s["step"] for s in r["steps"]] for r in traces[0]["ranks"]]:
             raise UserError(f"run {run} has another model, other ranks or other steps than run {name[0]}: a trace "

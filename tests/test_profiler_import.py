@@ -94,6 +94,10 @@ def test_an_imported_trace_is_replayed_only_where_ddp_forms_its_buckets(single_r
     monkeypatch.delattr(ddp, "_BucketCapacityConfig")
     with pytest.raises(SpecError, match="holds its first bucket to 1 MiB"):
         flags.build_spec(workload=f"replay:trace={tmp_path / 't.json'}", nodes="2", steps="3", calibrate=False)
+    # and by a node whose torch is older than the controller's (docker, hosts, Slurm): where it builds the model
+    from gctestbed.workloads import replay
+    with pytest.raises(UserError, match="holds its first bucket to 1 MiB"):
+        replay.build(replay.ReplayOptions(trace=str(tmp_path / "t.json")), seed=0, rank=0, batch_size=8)
 
 
 def test_each_ranks_profile_is_a_rank_of_the_trace(single_rank_group, tmp_path):

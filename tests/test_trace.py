@@ -351,14 +351,6 @@ def test_a_trace_of_several_runs_takes_each_time_as_their_median():
     assert merged["recorded"]["merged_from"] == ["r1", "r2", "r3"] and runs[0]["ranks"][0]["steps"][0]["step_s"] == 0.100
     assert buckets[1]["gather_bytes"] == 200                           # r3's: the median of 300, 100 and 200 bytes
     assert trace.merge(runs[:1]) is runs[0]
-    other = _run_trace("r4", (0.01, 0.02), 0.1)
-    other["job"]["compressor"] = "fp16"
-    with pytest.raises(UserError, match="differs from run r1 in compressor"):
-        trace.merge([runs[0], other])
-    elsewhere = _run_trace("r6", (0.01, 0.02), 0.1)
-    elsewhere["recorded"]["host"] = "g"
-    with pytest.raises(UserError, match="in host"):
-        trace.merge([runs[0], elsewhere])
     swapped = _run_trace("r5", (0.01, 0.02), 0.1)
     swapped["layouts"]["0"] = {"0": [["module.b", [20]]], "1": [["module.a", [10]]]}     # bucket 0 held b here
     with pytest.raises(UserError, match="exchanged other buckets"):
@@ -392,3 +384,9 @@ def test_runs_merge_only_when_they_are_one_job():
         trace.mergeable([base, base.replace(cpus_per_node=1, run_id="c")])
     with pytest.raises(UserError, match="in kernels"):
         trace.mergeable([base, base.replace(kernels="torch", run_id="d")])
+    with pytest.raises(UserError, match="run e differs from run a in compressor"):
+        trace.mergeable([base, base.replace(compressor="fp16", run_id="e")])
+    here = {"host": "h", "cpu": "x", "cpus": 2, "torch": "2.13.0", "device": "cpu", "backend": "gloo", "launcher": "netns"}
+    trace.mergeable([base, base.replace(run_id="f")], [here, dict(here)])
+    with pytest.raises(UserError, match="run g differs from run a in host, torch"):
+        trace.mergeable([base, base.replace(run_id="g")], [here, {**here, "host": "g", "torch": "2.12.0"}])

@@ -25,7 +25,7 @@ import torch
 from ..compress import hook
 from ..compress.base import Bucket
 from ..spec import RunSpec
-from ..timing import now
+from ..timing import Span
 from . import wire
 
 
@@ -123,7 +123,7 @@ class ServerExchange:
         hook.check_finite(buffer, ctx)
         method = state.compressor if numel >= state.dense_floor else hook.PLAIN
         buffer.div_(state.world_size)
-        t0 = now()
+        t0 = state.moment()
         parts = []
         for k, pieces in enumerate(self.partition(ctx)):
             if not pieces:
@@ -132,8 +132,9 @@ class ServerExchange:
                          world=ctx.world, ids=tuple(p.id for p in pieces))
             flat = torch.cat([buffer[p.offset:p.offset + p.numel] for p in pieces])
             parts.append((k, pieces, sub, method.encode(flat, sub)))
-        pushed = now()
-        state.count(encode_s=pushed - t0)
+        pushed = state.moment()
+        encode = Span(t0, pushed)
+        state.count(encode_s=encode)
         state.launched(pushed)
         works, push_bytes = [], 0
         for k, pieces, sub, payload in parts:
@@ -144,11 +145,11 @@ class ServerExchange:
             push_bytes += nbytes
         for w in works:
             w.wait()
-        sent = now()
+        sent = state.moment()
         pulled = wire.receive([self.first + k for k, *_ in parts])
-        arrived = now()
+        arrived = state.moment()
         state.arrived(arrived, pushed)
-        state.count(push_s=sent - pushed, pull_s=arrived - sent)
+        state.count(push_s=Span(pushed, sent), pull_s=Span(sent, arrived))
         for (k, pieces, sub, _), (msg, _nbytes) in zip(parts, pulled):
             if msg is None or msg.step != ctx.step:
                 raise RuntimeError(f"server {k} answered step {ctx.step} bucket {ctx.key} out of turn")
@@ -161,8 +162,8 @@ class ServerExchange:
             for p in pieces:
                 buffer[p.offset:p.offset + p.numel] = total[offset:offset + p.numel]
                 offset += p.numel
-        decode_s = now() - arrived
-        state.count(decode_s=decode_s)
+        decode = Span(arrived, state.moment())
+        state.count(decode_s=decode)
         payload_bytes = sum(p.nbytes for *_, p in parts)
         gather_bytes = sum(t.numel() * t.element_size() for *_, p in parts for t in p.gather)
         chosen = [p.sent for *_, p in parts if p.sent is not None]
@@ -170,8 +171,8 @@ class ServerExchange:
         rounds = [{"payload_bytes": payload_bytes, "gather_bytes": gather_bytes, "expected_tx_bytes": push_bytes,
                    "reduce_calls": 0, "gather_calls": 0, "wire": hook.wire_of([p for *_, p in parts])}]
         hook.deliver(state, future, buffer, buffer, 0.0,
-                     lambda done: state.record(ctx, numel, sum(chosen) if chosen else None, rounds, pushed - t0,
-                                               decode_s, t0, done))
+                     lambda done: state.record(ctx, numel, sum(chosen) if chosen else None, rounds, encode,
+                                               decode, t0.cpu, done))
 
 
 def goodbye(spec: RunSpec) -> None:

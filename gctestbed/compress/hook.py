@@ -180,22 +180,16 @@ class HookState:
             for key, value in add.items():
                 self._stats.setdefault(key, []).append(value)
 
-    def launched(self, at: Moment | float) -> None:
+    def launched(self, at: Moment) -> None:
         with self._lock:
             if self._comm_start is None:
-                self._comm_start = _moment(at)
+                self._comm_start = at
 
-    def arrived(self, at: Moment | float, since: Moment | float) -> None:
+    def arrived(self, at: Moment, since: Moment) -> None:
         """A collective round launched at ``since`` completed at ``at``."""
-        at, since = _moment(at), _moment(since)
         with self._lock:
             self._comm_ends.append(at)
             self._comm_busy.append(Span(since, at))
-
-
-def _moment(at: Moment | float) -> Moment:
-    """A CPU clock reading (what the parameter servers' exchange passes) as a Moment without an event."""
-    return at if isinstance(at, Moment) else Moment(at=at)
 
 
 ROUND_FIELDS = ("payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls", "gather_calls")

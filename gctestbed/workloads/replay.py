@@ -195,7 +195,11 @@ def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
 
 
 def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
+    from ..profiler_import import replayable_here
+    from ..spec import UserError
     trace = load(o.trace)
+    if (why := replayable_here(trace)) is not None:     # this node's torch, which need not be the controller's
+        raise UserError(why)
     params, ready, place = schedule(trace, rank)
     model = ReplayModel(params, ready, place, o.compute, o.scale, seed)
     add_buffers(model, [(name, torch.zeros(shape, dtype=getattr(torch, dtype)))
