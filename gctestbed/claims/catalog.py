@@ -246,10 +246,12 @@ def _crossover(rows, ctx):
 
 
 MXNET_PS = Conditions(comm="ps", device="gpu", model="MXNet's examples: FC-heavy networks (AlexNet-like) and ResNets",
+                      models=("CNN", "MLP"),
                       nodes="a few GPU machines")
 MXNET_ACC = Conditions(model="the distributed experiments MXNet's FAQ cites for its 1 % (its reference [1])")
 DGC_RUNS = Conditions(device="gpu", optimizer="sgd", bw_bps=(1e9, 1e9),
                       model="ResNet-110 on CIFAR-10, AlexNet and ResNet-50 on ImageNet, LSTMs on PTB and speech",
+                      models=("CNN", "RNN"),
                       nodes="4 to 64 GPUs")
 DGC_CLIPPING = ("the paper clips each node's whole gradient (the sum of its L2 norms) at N^-1/2 of the threshold; a "
                 "DDP hook sees one bucket at a time, so here each parameter is held to that share")
@@ -261,8 +263,9 @@ DGC_RATIO = ("the source's ratio (its section 4.1) is one exchange's encoded gra
              "with TCP's headers counted, on the interface. ResNet-50's ranks keep their own batch-norm statistics "
              "(buffers=local): DDP would otherwise send rank 0's every step, bytes the interface counts and a "
              "ratio of gradients does not")
-VARIANCE_RUNS = Conditions(model="a VGG-like network on CIFAR-10, ResNet-50 on ImageNet")
+VARIANCE_RUNS = Conditions(model="a VGG-like network on CIFAR-10, ResNet-50 on ImageNet", models=("CNN",))
 UTILITY_RUNS = Conditions(device="gpu", bw_bps=(10e9, 100e9), model="V100-class GPU compute (ResNet-50/101, BERT)",
+                          models=("CNN", "transformer"),
                           nodes="up to 64 GPUs")
 HOTNETS_RUNS = Conditions(device="gpu", model="GPU training jobs")
 

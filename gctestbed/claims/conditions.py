@@ -16,9 +16,13 @@ from dataclasses import dataclass
 from ..spec import parse_rate
 
 ANY = "any"
-SPEED = ("comm", "device", "bw", "latency")
-ACCURACY = ("optimizer", "method")
-BYTES = ("method",)
+SPEED = ("comm", "device", "bw", "latency", "model")
+ACCURACY = ("optimizer", "method", "model")
+BYTES = ("method", "model")
+# each built-in workload's class of model, the unit a source's claim about "convolutional networks" or
+# "LSTMs" speaks of (a class, not a size: sizes are the scale's, shown beside every verdict)
+MODEL_CLASSES = {"mlp": "MLP", "cnn": "CNN", "alexnet": "CNN", "vgg16": "CNN", "resnet18": "CNN", "resnet50": "CNN",
+                 "lstm": "RNN", "transformer": "transformer", "gpt2": "transformer"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class Conditions:
     latency_s: tuple[float | None, float | None] = (None, None)
     optimizer: str = ANY
     model: str = ""                 # in words: the sources' models and sizes
+    models: tuple[str, ...] = ()    # their classes (MODEL_CLASSES' values); empty: the source does not limit them
     nodes: str = ""                 # in words: the cluster sizes
     method: str | None = None       # how the methods here depart from the source's rows, if they do
     caveat: str = ""                # departures judged not to decide the verdict: shown beside it, never gating
@@ -41,7 +46,8 @@ class Conditions:
     def describe(self) -> str:
         out = [f"comm {self.comm}" if self.comm != ANY else "", f"{self.device.upper()} nodes" if self.device != ANY else "",
                _span("links", self.bw_bps, _rate), _span("latency", self.latency_s, _duration),
-               f"optimizer {self.optimizer}" if self.optimizer != ANY else "", self.model, self.nodes]
+               f"optimizer {self.optimizer}" if self.optimizer != ANY else "",
+               f"{_classes(self.models)}: {self.model}" if self.models else self.model, self.nodes]
         return "; ".join(p for p in out if p)
 
 
@@ -57,10 +63,17 @@ class Here:
     workloads: tuple[str, ...]
     nodes: tuple[str, ...]
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The classes of the experiment's models; a workload of no known class (a user's own, a
+        replay) is its own name."""
+        return tuple(dict.fromkeys(MODEL_CLASSES.get(w.split(":")[0], w.split(":")[0]) for w in self.workloads))
+
     def describe(self) -> str:
         return (f"comm {', '.join(self.comms)}; {self.device.upper()} nodes; links "
                 f"{', '.join(_rate(b) for b in self.bws)}; latency {', '.join(_duration(x) for x in self.latencies)}; "
-                f"optimizer {', '.join(self.optimizers)}; {', '.join(self.nodes)} nodes; {'; '.join(self.workloads)}")
+                f"optimizer {', '.join(self.optimizers)}; {', '.join(self.nodes)} nodes; {_classes(self.models)}: "
+                f"{'; '.join(self.workloads)}")
 
 
 def here(axes: dict[str, list[str]], device: str) -> Here:
@@ -96,12 +109,19 @@ def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]
                    f"{', '.join(_duration(x) for x in h.latencies)}")
     if "optimizer" in needs and source.optimizer != ANY and source.optimizer not in h.optimizers:
         out.append(f"the source trained with {source.optimizer}; here with {', '.join(h.optimizers)}")
+    if "model" in needs and source.models and not set(h.models) <= set(source.models):
+        out.append(f"the source's claim is about {_classes(source.models)} ({source.model}); here "
+                   f"{_classes(h.models)}")
     if "method" in needs and source.method:
         out.append(source.method)
     return out
 
 
 _COMMS = {"ps": "a parameter server (compressed pushes, dense pulls)", "allreduce": "an all-reduce / all-gather ring"}
+
+
+def _classes(models: tuple[str, ...]) -> str:
+    return " and ".join(f"{m}s" for m in models)
 
 
 def _inside(x: float, span: tuple[float | None, float | None]) -> bool:
