@@ -39,7 +39,9 @@ def _once(device: torch.device, fn: Callable[[], object]) -> float:
     return now() - start
 
 
-def _timer(device: torch.device, reps: int):
+def timer(device: torch.device, reps: int):
+    """The best of ``reps`` timed calls of a function, after one untimed (the device's queued work
+    included): this bench's timer, and scripts/gpu-check's selection profile's."""
     def best(fn: Callable[[], object], setup: Callable[[], object] = lambda: None) -> float:
         setup()
         fn()                                              # warm-up: first-touch, caches, lazy init
@@ -52,7 +54,7 @@ def _timer(device: torch.device, reps: int):
 
 
 def _beside_copy(device: torch.device, n: int, reps: int):
-    """Like ``_timer``, but each timed call is preceded by a timed copy of n float32: (best seconds
+    """Like ``timer``, but each timed call is preceded by a timed copy of n float32: (best seconds
     of the call, best copy bandwidth around it). A shared host's memory bandwidth drifts over
     seconds; a kernel's share of the copy bandwidth is taken against the copies timed beside it."""
     src = torch.randn(n, device=device)
@@ -163,7 +165,7 @@ def run(size: int, device: str, payloads: int = 4, on_phase: Callable[[str], Non
     if ops is None or not kernels.supports(ops, torch.empty(0, device=dev)):
         from ..spec import UserError
         raise UserError(f"no native kernels for {device} here (see the message above); nothing to compare.")
-    fast, slow = _beside_copy(dev, size, 5), _timer(dev, 2)
+    fast, slow = _beside_copy(dev, size, 5), timer(dev, 2)
     rows = []
     for name, nbytes, ref_fn, nat_fn, setup, topk_fn in _cases(size, payloads, dev):
         on_phase(name)
