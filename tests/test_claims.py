@@ -423,6 +423,23 @@ def test_a_claim_about_one_class_of_model_is_out_of_scope_on_another():
         assert judge.in_scope(catalog.BY_ID[claim], True, "cpu") == catalog.BY_ID[claim].parts, claim
 
 
+def test_a_speed_measured_on_a_cluster_size_the_source_did_not_run_is_out_of_scope():
+    """DGC's speedups were measured on 4 to 64 GPUs: a speed on 2 nodes is out of scope with the
+    sizes named, one on 8 and 16 nodes is not; an accuracy does not read the cluster size (shown
+    beside the verdict, not gating it). Planted: the gate not read, the 2-node speed is judged."""
+    import dataclasses
+    from gctestbed.claims import conditions
+    gpu = dataclasses.replace(catalog.DGC_RUNS, optimizer="any")
+    small = conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2", "8"], "workload": ["resnet50"]}, "cuda")
+    large = conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["8", "16"], "workload": ["resnet50"]}, "cuda")
+    assert conditions.mismatches(gpu, small, conditions.SPEED) == ["the source ran clusters of 4 to 64 nodes; here 2, 8 nodes"]
+    assert conditions.mismatches(gpu, large, conditions.SPEED) == []
+    assert conditions.mismatches(gpu, small, conditions.ACCURACY) == []
+    assert conditions.mismatches(catalog.UTILITY_RUNS, conditions.here(
+        {"bw": ["10gbit"], "latency": ["0"], "nodes": ["128"], "workload": ["resnet50"]}, "cuda"), conditions.SPEED) == [
+        "the source ran clusters of at most 64 nodes; here 128 nodes"]
+
+
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
     judge_c(tmp_path, [0.1] * 12, [0.1] * 12)
     out = gct("claims", "report", "c", "d", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--json")

@@ -252,7 +252,7 @@ MXNET_ACC = Conditions(model="the distributed experiments MXNet's FAQ cites for 
 DGC_RUNS = Conditions(device="gpu", optimizer="sgd", bw_bps=(1e9, 1e9),
                       model="ResNet-110 on CIFAR-10, AlexNet and ResNet-50 on ImageNet, LSTMs on PTB and speech",
                       models=("CNN", "RNN"),
-                      nodes="4 to 64 GPUs")
+                      nodes="4 to 64 GPUs", cluster=(4, 64))
 DGC_CLIPPING = ("the paper clips each node's whole gradient (the sum of its L2 norms) at N^-1/2 of the threshold; a "
                 "DDP hook sees one bucket at a time, so here each parameter is held to that share")
 SHORT_RUN = ("the run is short: the paper trains for tens to hundreds of epochs, this task for 13.6 (quick) or 27 "
@@ -266,7 +266,7 @@ DGC_RATIO = ("the source's ratio (its section 4.1) is one exchange's encoded gra
 VARIANCE_RUNS = Conditions(model="a VGG-like network on CIFAR-10, ResNet-50 on ImageNet", models=("CNN",))
 UTILITY_RUNS = Conditions(device="gpu", bw_bps=(10e9, 100e9), model="V100-class GPU compute (ResNet-50/101, BERT)",
                           models=("CNN", "transformer"),
-                          nodes="up to 64 GPUs")
+                          nodes="up to 64 GPUs", cluster=(None, 64))
 HOTNETS_RUNS = Conditions(device="gpu", model="GPU training jobs")
 
 

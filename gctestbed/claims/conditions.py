@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..spec import parse_rate
 
 ANY = "any"
-SPEED = ("comm", "device", "bw", "latency", "model")
+SPEED = ("comm", "device", "bw", "latency", "model", "nodes")
 ACCURACY = ("optimizer", "method", "model")
 BYTES = ("method", "model")
 # each built-in workload's class of model, the unit a source's claim about "convolutional networks" or
@@ -40,6 +40,7 @@ class Conditions:
     model: str = ""                 # in words: the sources' models and sizes
     models: tuple[str, ...] = ()    # their classes (MODEL_CLASSES' values); empty: the source does not limit them
     nodes: str = ""                 # in words: the cluster sizes
+    cluster: tuple[int | None, int | None] = (None, None)   # those sizes, in nodes (a speed depends on them)
     method: str | None = None       # how the methods here depart from the source's rows, if they do
     caveat: str = ""                # departures judged not to decide the verdict: shown beside it, never gating
 
@@ -112,6 +113,8 @@ def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]
     if "model" in needs and source.models and not set(h.models) <= set(source.models):
         out.append(f"the source's claim is about {_classes(source.models)} ({source.model}); here "
                    f"{_classes(h.models)}")
+    if "nodes" in needs and not all(_inside(int(n), source.cluster) for n in h.nodes):
+        out.append(f"the source ran {_span('clusters', source.cluster, str)} nodes; here {', '.join(h.nodes)} nodes")
     if "method" in needs and source.method:
         out.append(source.method)
     return out
