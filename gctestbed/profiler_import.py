@@ -160,9 +160,10 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
     def casts_in(fwd):
         return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
-    fwd = min(reversed(forwards), key=lambda f: len(casts_in(f)))
+    k = min(reversed(range(len(forwards))), key=lambda i: len(casts_in(forwards[i])))
+    fwd, upto = forwards[k], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
     casts = casts_in(fwd)
-    sent = _pair(casts, [e for e in events if e["name"] == "gloo:broadcast" and e["ts"] >= fwd["ts"]], every=False)
+    sent = _pair(casts, [e for e in events if e["name"] == "gloo:broadcast" and fwd["ts"] <= e["ts"] < upto], every=False)
     if sent is None:
         raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
                         "dtypes are unknown.")
@@ -179,7 +180,8 @@ def _pair(issued: list[dict[str, Any]], ran: list[dict[str, Any]], every: bool =
     """Each collective issued, in order, with its run on the process group's threads: the earliest
     run not yet taken that began after it and has its size. Gloo runs its queue on two threads, so
     two collectives issued close together can start in either order. None where one has no run, or
-    (``every``) where a run was never issued."""
+    (``every``) where a run was never issued. Two of one size issued back to back may still be
+    swapped (a profile gives no sequence number): their dtypes then match, only their ends may not."""
     left, out = list(ran), []
     for e in issued:
         match = next((r for r in left if r["ts"] >= e["ts"] and _numel(r) == _numel(e)), None)

@@ -110,8 +110,9 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
 
 # a run's settings that do not change what a trace of it holds: merged runs may differ in these alone
 FREE = ("seed", "run_id", "results_dir", "eval_every", "timeout_s", "calibrate", "accept_miss")
-# and what they must share of where they ran: one host, one torch
-HOST = ("host", "cpu", "cpus", "torch", "device", "backend", "launcher")
+# and what they must share of where they ran, beyond their specs (which hold the launcher, device and
+# backend): one host, one torch
+HOST = ("host", "cpu", "cpus", "torch")
 
 
 def mergeable(specs: list[RunSpec], recorded: list[dict[str, Any]] | None = None) -> None:

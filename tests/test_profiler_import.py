@@ -137,7 +137,11 @@ def test_broadcasts_gloos_two_threads_started_out_of_order_are_matched_by_size(s
     runs = sorted((e for e in prof["traceEvents"] if e.get("name") == "gloo:broadcast"), key=lambda e: e["ts"])
     stats, count = sorted(runs[:2], key=profiler_import._numel, reverse=True)     # the first forward's two
     assert (profiler_import._numel(stats), profiler_import._numel(count)) == (512, 1)
-    stats["ts"], count["ts"] = max(stats["ts"], count["ts"]) + 1, min(stats["ts"], count["ts"])
+    issued = sorted((e for e in prof["traceEvents"] if e.get("name") == "c10d::broadcast_"), key=lambda e: e["ts"])
+    count_issued = issued[1]                  # the count's, issued just after the statistics'
+    assert profiler_import._numel(count_issued) == 1
+    # as two threads run them: the count's starts as soon as it is issued, the statistics' just after it
+    count["ts"], stats["ts"] = count_issued["ts"], count_issued["ts"] + 1
     data = profiler_import.convert([("p.json", prof)])
     assert data["buffers"] == [["buffer0", [512], "float32"], ["buffer1", [1], "int64"]]
 

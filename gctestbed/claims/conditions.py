@@ -4,9 +4,10 @@ A source's claim holds under its own conditions: MXNet's 2-bit speedups on its p
 with GPU nodes, the utility study's on 10-100 Gbit/s links with GPU compute. A figure measured
 elsewhere is evidence about this machine, not about the claim. Each claim states its source's
 conditions (``Conditions``); each experiment's conditions here are read from its own grid and
-device (``here``); each part names the conditions it depends on (a speedup depends on the device
-and the links, an accuracy on the optimizer and the method's parameters). A part whose conditions
-do not match is not judged: it is ``out of scope here``, with every reason.
+device (``here``); each part names the conditions it depends on (a speedup depends on the device,
+the links, the class of model and the cluster size, an accuracy on the optimizer, the method's
+parameters and the class of model). A part whose conditions do not match is not judged: it is
+``out of scope here``, with every reason.
 """
 
 from __future__ import annotations
