@@ -245,7 +245,8 @@ def _crossover(rows, ctx):
     return F.median_of({m: F.crossover(rows, m, ctx.baseline) for m in (E.POWERSGD, E.TOPK, E.TWOBIT)})
 
 
-MXNET_PS = Conditions(comm="ps", device="gpu", model="MXNet's examples: FC-heavy networks (AlexNet-like) and ResNets",
+MXNET_PS = Conditions(comm="ps", device="gpu", model="MXNet's examples: FC-heavy networks (AlexNet-like) and ResNets; "
+                                                     "its FAQ names RNNs among the models that benefit",
                       models=("CNN", "MLP", "RNN"),
                       nodes="a few GPU machines")
 MXNET_ACC = Conditions(model="MXNet's 2-bit compression with its residual, on any model")

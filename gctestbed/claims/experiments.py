@@ -119,7 +119,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "optimizer": ["sgd:warmup_steps={lr_warmup}"],
-              "compressor": ["none", *TWOBIT_THRESHOLDS, TWOBIT_DISCARD, DGC_TOP, DGC_ACC, DGC_MC, DGC_MASK,
+              "compressor": ["none", "twobit:threshold=0.01", TWOBIT_DISCARD, DGC_TOP, DGC_ACC, DGC_MC, DGC_MASK,
                              DGC_WARM, DGC_CLIP]},
         # a byte-level language model on the standard library's source: hard enough that the control
         # loses visibly (the digits, the task before, could not show it), 2,048 held-out bytes a run;
@@ -168,20 +168,23 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         # teacher, fresh samples every step, 4,096 held out), 2-bit over its thresholds, under momentum SGD
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "compressor": ["none", *TWOBIT_THRESHOLDS, DGC_TOP]},
-        quick=Setup({"data": MLP_TASK}, steps=300, repeat=3, eval_every="50",
-                    scale=f"toy: a 3-layer MLP of 256 units (0.26 M parameters) on the MLP workload's teacher task, "
-                          f"300 steps of momentum SGD, 4,096 held-out samples, 3 seeds, {TOY}"),
-        full=Setup({"data": MLP_TASK}, steps=600, repeat=5, eval_every="100",
-                   scale=f"the same network and task, 600 steps of momentum SGD, 5 seeds (Strom's speech DNNs and "
+        # long enough that none has long plateaued (74-77 % from about step 300 on) and 2-bit, slow while its
+        # residual fills, has caught up as far as it will: the claim is about the accuracy training ends at
+        quick=Setup({"data": MLP_TASK}, steps=600, repeat=3, eval_every="100",
+                    scale=f"toy: an MLP of 3 hidden layers of 256 units (0.20 M parameters) on the MLP workload's "
+                          f"teacher task (a teacher of its own per seed), 600 steps of momentum SGD, 4,096 held-out "
+                          f"samples, 3 seeds, {TOY}"),
+        full=Setup({"data": MLP_TASK}, steps=1200, repeat=5, eval_every="200",
+                   scale=f"the same network and task, 1,200 steps of momentum SGD, 5 seeds (Strom's speech DNNs and "
                          f"their data are not on this machine), {TOY}", toy=True),
         control=DGC_TOP),
     Experiment(
         "variance-sgd",
-        # the variance paper's momentum-SGD rows: variance itself, Strom's tau curve (claim i) and QSGD
-        # (claim k), on a CNN as the paper's were (they ran on the text task's LSTM until 27 November)
+        # the variance paper's momentum-SGD rows on a CNN, as the paper's were: Strom's tau curve (claim i) and
+        # QSGD (claim k), which ran on the text task's LSTM until 27 November. Variance itself (claim u) is left
+        # out while u is out of scope (its alpha for this row is not known): no claim in scope would read it
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
-              "mode": ["overlap"], "compressor": ["none", VARIANCE_2, DGC_TOP, *STROM_TAUS, QSGD_2BIT, QSGD_3BIT,
-                                                  QSGD_4BIT]},
+              "mode": ["overlap"], "compressor": ["none", DGC_TOP, *STROM_TAUS, QSGD_2BIT, QSGD_3BIT, QSGD_4BIT]},
         quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, repeat=3,
                     eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on the digits, 300 steps of momentum SGD, "
                                            f"3 seeds, {TOY}"),
