@@ -164,8 +164,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment(
         "accuracy-mlp",
         # MXNet's "as low as 1 %" (claim d) cites Strom's fully-connected speech DNNs: a fully-connected network
-        # on the MLP workload's teacher task (inputs near a low-dimensional manifold, labels from a fixed random
-        # teacher, fresh samples every step, 4,096 held out), 2-bit over its thresholds, under momentum SGD
+        # on the MLP workload's teacher task (inputs near a low-dimensional manifold, labels from a random
+        # teacher of its own per seed, fresh samples every step, 4,096 held out), 2-bit over its thresholds and the
+        # control, under momentum SGD
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "compressor": ["none", *TWOBIT_THRESHOLDS, DGC_TOP]},
         # long enough that none has long plateaued (74-77 % from about step 300 on) and 2-bit, slow while its
