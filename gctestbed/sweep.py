@@ -23,7 +23,7 @@ from .launch import slurm
 from .launch import state as ledger
 from .launch.kept import KeptNetwork
 from .session import resolve
-from .spec import RunSpec, SpecError
+from .spec import RunSpec, SpecError, UserError
 from .timing import Laps
 
 AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer", "comm")
@@ -173,11 +173,26 @@ def plan(grid: Grid) -> list[Cell]:
     return cells
 
 
+# what a sweep gives every cell beside its axes: a finished cell whose run was made with other values
+# (a sweep resumed under the same name with more steps, as a claims experiment made longer) is run again
+SETTINGS = ("steps", "lr", "eval_every", "bucket_cap_mb", "kernels", "device", "cpus_per_node", "dilate")
+
+
 def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = False) -> list[Cell]:
-    """The cells still to run: never started, interrupted, or (with ``retry_failed``) failed."""
+    """The cells still to run: never started, interrupted, (with ``retry_failed``) failed, or
+    finished with other settings than the sweep now gives them (``SETTINGS``)."""
     conn = results.connect(results_dir)
     rerun = {None, "running", "interrupted"} | ({"failed"} if retry_failed else set())
-    left = [c for c in cells if results.cell_status(conn, name, c.key, c.repeat) in rerun]
+    runs = {(r["cell"], r["repeat"]): r["run_id"] for r in results.sweep_runs(conn, name)}
+
+    def stale(c: Cell) -> bool:
+        try:
+            made = RunSpec.from_json(results.find_run(conn, runs[(c.key, c.repeat)])["spec"])
+        except UserError:               # its run is not in this store (copied out, removed): kept as it was
+            return False
+        return any(getattr(made, k) != getattr(c.spec, k) for k in SETTINGS)
+    left = [c for c in cells if (status := results.cell_status(conn, name, c.key, c.repeat)) in rerun
+            or (status == "ok" and (c.key, c.repeat) in runs and stale(c))]
     conn.close()
     return left
 

@@ -20,6 +20,25 @@ def _grid(tmp_path, **axes) -> sweep.Grid:
     return sweep.Grid(axes={**base, **axes}, steps=3, repeat=2, calibrate="none", results_dir=str(tmp_path))
 
 
+def test_a_cell_finished_with_other_settings_is_run_again(tmp_path):
+    """A sweep resumed under the same name with more steps (a claims experiment made longer) runs
+    again the cells its store finished with fewer; cells finished as the sweep now asks are kept
+    (planted: a finished cell always kept reuses the short runs)."""
+    g = _grid(tmp_path, bw=["1gbit"], compressor=["none", "fp16"])
+    g.repeat = 1
+    cells = sweep.plan(g)
+    for c, steps in zip(cells, (3, 5)):             # the first as the grid asks, the second with other steps
+        made = c.spec.replace(steps=steps, run_id=f"run{steps}")
+        rec = results.Recorder(str(tmp_path), made.run_id)
+        rec.start_run(made, {})
+        rec.finish_run("ok")
+        results.mark_cell(rec.conn, "s", c.key, c.repeat, "ok", made.run_id)
+        rec.close()
+    assert [c.key for c in sweep.todo(cells, "s", str(tmp_path))] == [cells[1].key]
+    g.steps = 5
+    assert [c.key for c in sweep.todo(sweep.plan(g), "s", str(tmp_path))] == [cells[0].key]
+
+
 def test_plan_is_the_product_with_repeats_outermost(tmp_path):
     cells = sweep.plan(_grid(tmp_path))
     assert len(cells) == 8
