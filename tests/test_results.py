@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import stat
@@ -161,6 +162,29 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     other = results.connect(str(tmp_path / "other"))
     assert results.copy_run(rec.conn, other, "r1")
     assert results.exchanges_of(other, "r1") == new
+
+
+def test_rows_from_a_newer_host_keep_what_this_store_has_and_name_the_rest(tmp_path):
+    """A host running a newer gctestbed sends rank rows with a column this store's schema lacks (as
+    the nodes' buffers column once broke an older rank 0's import): the rows are stored with the
+    columns the store has, and the run's environment names the one it could not keep (planted:
+    inserting every column, the whole import fails with sqlite's "no column" error)."""
+    rec = results.Recorder(str(tmp_path), "r1")
+    rec.start_run(_spec(), {})
+    rec.step(0, 0, step_s=1.0)
+    exported = results.export_rank(rec.conn, "r1", 0)
+    newer = {**exported, "steps": [{**row, "rank": 1, "from_the_future": 7} for row in exported["steps"]]}
+    results.import_rows(rec.conn, [newer])
+    assert sorted(r["rank"] for r in results.step_rows(rec.conn, "r1")) == [0, 1]
+    env = json.loads(results.find_run(rec.conn, "r1")["environment"])
+    assert env["columns_not_stored"] == ["steps.from_the_future"]
+    # a copy into another store of this schema keeps both ranks; the note travels in the environment
+    other = results.connect(str(tmp_path / "other"))
+    assert results.copy_run(rec.conn, other, "r1")
+    assert len(results.step_rows(other, "r1")) == 2
+    assert json.loads(results.find_run(other, "r1")["environment"])["columns_not_stored"] == ["steps.from_the_future"]
+    rec.close()
+    other.close()
 
 
 @pytest.mark.parametrize("late, flagged", [(0.005, True), (0.001, False), (None, None)])

@@ -452,18 +452,39 @@ def export_rank(conn: sqlite3.Connection, run_id: str, rank: int) -> dict[str, l
 
 
 def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]]) -> None:
-    """Add other hosts' rows (from ``export_rank``) to this store; rows it has already are kept."""
+    """Add other hosts' rows (from ``export_rank``) to this store; rows it has already are kept.
+    Rows from a newer gctestbed (a host with columns this store's schema lacks) keep the columns it
+    has; the others are named in their run's environment (``columns_not_stored``) instead of the
+    whole import failing at the run's end."""
+    dropped: dict[str, set[str]] = {}
     with transaction(conn):
         for part in exported:
             for table in RANK_TABLES:
+                have = _columns(conn, table)
                 for row in part.get(table, []):
-                    _insert_new(conn, table, row)
+                    _insert_new(conn, table, row, have, dropped)
+        _note_dropped(conn, dropped)
 
 
-def _insert_new(conn: sqlite3.Connection, table: str, row: dict) -> None:
-    """Add ``row`` to ``table`` unless a row with its key is there already."""
-    conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                 tuple(row.values()))
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _insert_new(conn: sqlite3.Connection, table: str, row: dict, have: set[str], dropped: dict[str, set[str]]) -> None:
+    """Add ``row`` to ``table`` (whose columns are ``have``) unless a row with its key is there
+    already; the row's columns the table lacks are left out and added to ``dropped`` by run."""
+    kept = {k: v for k, v in row.items() if k in have}
+    conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(kept)}) VALUES ({', '.join('?' * len(kept))})",
+                 tuple(kept.values()))
+    if len(kept) < len(row):
+        dropped.setdefault(row["run_id"], set()).update(f"{table}.{k}" for k in row if k not in have)
+
+
+def _note_dropped(conn: sqlite3.Connection, dropped: dict[str, set[str]]) -> None:
+    """Name, in each run's environment, the columns its rows held that this store's schema lacks."""
+    for run_id, columns in dropped.items():
+        if conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+            update_environment(conn, run_id, {"columns_not_stored": sorted(columns)})
 
 
 RUN_TABLES = ("runs", "evals", "calibrations", "faults") + RANK_TABLES     # every table a run's rows live in
@@ -474,10 +495,13 @@ def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, run_id: str) -> b
     rows ``dst`` has already are kept. False when ``src`` has no such run."""
     if src.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
         return False
+    dropped: dict[str, set[str]] = {}
     with transaction(dst):
         for table in RUN_TABLES:
+            have = _columns(dst, table)
             for row in src.execute(f"SELECT * FROM {table} WHERE run_id=?", (run_id,)):
-                _insert_new(dst, table, dict(row))
+                _insert_new(dst, table, dict(row), have, dropped)
+        _note_dropped(dst, dropped)
     return True
 
 
