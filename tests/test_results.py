@@ -164,7 +164,7 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     assert results.exchanges_of(other, "r1") == new
 
 
-def test_rows_from_a_newer_host_keep_what_this_store_has_and_name_the_rest(tmp_path):
+def test_rows_from_a_newer_host_keep_what_this_store_has_and_name_the_rest(tmp_path, capsys):
     """A host running a newer gctestbed sends rank rows with a column this store's schema lacks (as
     the nodes' buffers column once broke an older rank 0's import): the rows are stored with the
     columns the store has, and the run's environment names the one it could not keep (planted:
@@ -178,6 +178,9 @@ def test_rows_from_a_newer_host_keep_what_this_store_has_and_name_the_rest(tmp_p
     assert sorted(r["rank"] for r in results.step_rows(rec.conn, "r1")) == [0, 1]
     env = json.loads(results.find_run(rec.conn, "r1")["environment"])
     assert env["columns_not_stored"] == ["steps.from_the_future"]
+    from gctestbed.cli import render
+    render.print_summary(results.summarize(rec.conn, results.find_run(rec.conn, "r1")))
+    assert "a newer host's steps.from_the_future" in " ".join(capsys.readouterr().out.split())
     # a copy into another store of this schema keeps both ranks; the note travels in the environment
     other = results.connect(str(tmp_path / "other"))
     assert results.copy_run(rec.conn, other, "r1")

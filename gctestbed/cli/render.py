@@ -222,6 +222,9 @@ def print_summary(s: results.RunSummary) -> None:
         rows.append(("delay made by", s.latency_impl))
     if s.host_bound:
         rows.append(("HOST-BOUND", s.host_bound_reason))
+    if s.environment.get("columns_not_stored"):
+        rows.append(("not stored", "a newer host's " + ", ".join(s.environment["columns_not_stored"])
+                     + ": this store's schema has no column for them (update gctestbed here)"))
     rows += _cpu_rows(s.cpu)
     if s.phases:
         p = s.phases
