@@ -250,6 +250,35 @@ def test_digits_are_real_images_with_a_fixed_held_out_fifth():
     assert b(w.model)["accuracy"] == pytest.approx(a["accuracy"])
 
 
+@pytest.mark.sklearn
+def test_noised_digits_add_the_stated_pixel_noise_fixed_on_the_held_out_ones():
+    """pixel_noise=2: every training draw is a clean digit plus fresh noise of standard deviation
+    2 (the images are standardised), and the held-out digits carry one fixed draw of it, the
+    same whichever rank builds the evaluation (planted: no noise, or noise drawn anew at every
+    evaluation, fails)."""
+    from gctestbed import workloads
+    from gctestbed.workloads import images
+    o = images.VisionOptions(image=32, classes=10, data="digits", pixel_noise=2.0)
+    first = images._batches(o, 5, 0, 64)
+    x, y = next(first)
+    again = images._batches(images.VisionOptions(image=32, classes=10, data="digits"), 5, 0, 64)
+    x0, y0 = next(again)                                  # the same picks, without the noise
+    assert torch.equal(y, y0) and float((x - x0).std()) == pytest.approx(2.0, rel=0.02)
+    assert not torch.equal(next(first)[0], next(again)[0] + (x - x0))     # fresh noise every draw
+    shown = []
+    for rank in (0, 1):
+        w = workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "data": "digits",
+                                         "pixel_noise": 2.0}, 5, rank, 16)
+        shown.append(w.evaluate(w.model)["accuracy"])
+        shown.append(w.evaluate(w.model)["accuracy"])
+    assert len(set(shown)) == 1                           # one fixed held-out draw
+    with pytest.raises(ValueError, match="pixel_noise is for data=digits"):
+        images.VisionOptions(image=32, classes=10, pixel_noise=1.0)
+    with pytest.raises(ValueError, match="pixel_noise must be 0..10"):
+        workloads.build("resnet18", {"scale": 0.125, "image": 32, "classes": 10, "data": "digits", "pixel_noise": 11},
+                        5, 0, 16)
+
+
 def test_vision_options_refuse_what_the_network_cannot_take():
     from gctestbed import flags
     from gctestbed.spec import SpecError
