@@ -31,9 +31,9 @@ class VisionOptions:
     classes: int = 1000
     data: str = "synthetic"  # synthetic | digits (scikit-learn's bundled images, 10 classes)
     noise: float = 0.5       # synthetic: noise added to the class template
-    # digits: standard deviations of Gaussian noise added to every pixel of the standardised images, fresh on
-    # every training draw and fixed on the held-out ones; 0 keeps the digits as they are. Raise it to move a
-    # task off the digits' ceiling (about 97 % for every method), so that losses of a few points can show
+    # digits: Gaussian noise, in standard deviations of the 8x8 digits, added to each digit before it is scaled
+    # up (fresh on every training draw, fixed on the held-out ones); 0 keeps the digits as they are. Raise it
+    # to move a task off the digits' ceiling (about 97 % for every method), so that losses of a few points show
     pixel_noise: float = 0.0
     # broadcast: DDP sends rank 0's buffers (batch norm's running statistics) before every forward, its
     # default; local: each rank keeps its own (DDP's forward_sync_buffers=False), so only gradients cross the
@@ -98,23 +98,48 @@ def _digits_raw() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0, torch.tensor(d.target)
 
 
-def digits(image: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """(train, held out) digits at ``image`` pixels, 3 channels, standardised; the split is fixed."""
-    x, y = _digits_raw()
-    x = nn.functional.interpolate(x, size=(image, image), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1)
-    x = (x - x.mean()) / x.std()
+def digits(image: int, noise: float = 0.0, g: torch.Generator | None = None, train: slice | torch.Tensor | None = None):
+    """(train, held out) digits at ``image`` pixels, 3 channels, standardised as the clean images
+    are; the split is fixed. With ``noise``, Gaussian noise of that many of the 8x8 digits'
+    standard deviations (drawn from ``g``) is added to each 8x8 digit before it is scaled up, so it
+    blurs strokes at the digits' own scale; ``train`` picks training images (the held-out ones are
+    then not returned)."""
+    x8, y = _digits_raw()
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(20180101))
     cut = len(y) * 4 // 5
-    return (x[order[:cut]], y[order[:cut]]), (x[order[cut:]], y[order[cut:]])
+    mean, std = _scaled_stats(image)
+    idx = (order[:cut] if train is None else order[:cut][train]), order[cut:]
+    out = []
+    for part in idx if train is None else idx[:1]:
+        raw = x8[part]
+        if noise:
+            raw = raw + noise * float(x8.std()) * torch.randn(raw.shape, generator=g)
+        out.append(((_scaled(raw, image) - mean) / std, y[part]))
+    return tuple(out) if train is None else out[0]
+
+
+def _scaled(x8: torch.Tensor, image: int) -> torch.Tensor:
+    return nn.functional.interpolate(x8, size=(image, image), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1)
+
+
+@lru_cache(maxsize=4)
+def _scaled_stats(image: int) -> tuple[float, float]:
+    """The mean and standard deviation of every clean digit scaled to ``image`` pixels."""
+    x = _scaled(_digits_raw()[0], image)
+    return float(x.mean()), float(x.std())
 
 
 def _batches(o: VisionOptions, seed: int, rank: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed * 1_000_003 + rank + 1)
     if o.data == "digits":
-        (x, y), _ = digits(o.image)
-        while True:
-            pick = torch.randint(0, len(y), (batch_size,), generator=g)
-            yield _noised(x[pick], o.pixel_noise, g), y[pick]
+        if not o.pixel_noise:
+            (x, y), _ = digits(o.image)
+            while True:
+                pick = torch.randint(0, len(y), (batch_size,), generator=g)
+                yield x[pick], y[pick]
+        n = len(digits(o.image)[0][1])
+        while True:                     # noise drawn afresh on every draw
+            yield digits(o.image, o.pixel_noise, g, torch.randint(0, n, (batch_size,), generator=g))
     templates = _templates(o, seed)
     while True:
         yield _synthetic(templates, o, g, batch_size)
@@ -123,14 +148,9 @@ def _batches(o: VisionOptions, seed: int, rank: int, batch_size: int) -> Iterato
 EVAL_SAMPLES = 512
 
 
-def _noised(x: torch.Tensor, sigma: float, g: torch.Generator) -> torch.Tensor:
-    return x + sigma * torch.randn(x.shape, generator=g) if sigma else x
-
-
 def _evaluator(o: VisionOptions, seed: int):
     if o.data == "digits":
-        _, (x, y) = digits(o.image)
-        x = _noised(x, o.pixel_noise, torch.Generator().manual_seed(seed * 1_000_003 + 999_983))
+        _, (x, y) = digits(o.image, o.pixel_noise, torch.Generator().manual_seed(seed * 1_000_003 + 999_983))
     else:
         x, y = _synthetic(_templates(o, seed), o, torch.Generator().manual_seed(seed * 1_000_003 + 999_983), EVAL_SAMPLES)
 
