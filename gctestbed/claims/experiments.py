@@ -51,6 +51,10 @@ TEXT_EPOCH = "44"               # 90,000 bytes / (2 x 32 x 32)
 LR_WARMUP = str(5 * int(TEXT_EPOCH))   # DGC's recipe (its authors' configs): the learning rate warmed up over 5 epochs
 TEXT_TASK = {"data": "lstm:hidden=128,layers=2,seq_len=32,corpus_mb=0.1", "epoch": TEXT_EPOCH, "lr_warmup": LR_WARMUP}
 MLP_TASK = "mlp:width=256,depth=3,input_dim=256"
+# the digits with noise of one standard deviation added to each 8x8 digit: clean, every method sits near 97 %,
+# where a loss of a point or two cannot show. Chosen on none's accuracy alone, before any compressed method ran
+# on it (Adam, lr 0.001, seed 11, 600 steps: noise 0.5 -> 95.6 %, 1 -> 82-86 %, 1.5 -> 66-68 %; docs/claims.md)
+NOISY_DIGITS = "resnet18:scale=0.125,image=32,classes=10,data=digits,pixel_noise=1"
 
 
 @dataclass
@@ -151,11 +155,12 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "optimizer": ["adam"],
               "compressor": ["none", VARIANCE, VARIANCE_15, VARIANCE_2, STROM_LARGE, HYBRID, DGC_TOP]},
-        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, repeat=3, lr="0.001",
+        quick=Setup({"data": NOISY_DIGITS}, steps=300, repeat=3, lr="0.001",
                     eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on scikit-learn's 1,797 digits (real images, "
-                                           f"32 px, 360 held out), 300 steps of Adam (lr 0.001), 3 seeds, {TOY}"),
-        full=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=600, repeat=5, lr="0.001",
-                   eval_every="100", scale=f"the same network and digits, twice as long (600 steps of Adam) and 5 "
+                                           f"noised by one standard deviation at 8 px, scaled to 32 px, 360 held out), "
+                                           f"300 steps of Adam (lr 0.001), 3 seeds, {TOY}"),
+        full=Setup({"data": NOISY_DIGITS}, steps=600, repeat=5, lr="0.001",
+                   eval_every="100", scale=f"the same network and noised digits, twice as long (600 steps of Adam) and 5 "
                                            f"seeds (the sources' CIFAR-10 and ImageNet are not on this machine), {TOY}", toy=True),
         # the control is top 0.1 % without accumulation, as under momentum SGD. 2-bit without its
         # residual, the control before, did not lose on the digits under Adam (-0.33 points
@@ -186,11 +191,12 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         # out while u is out of scope (its alpha for this row is not known): no claim in scope would read it
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
               "mode": ["overlap"], "compressor": ["none", DGC_TOP, *STROM_TAUS, QSGD_2BIT, QSGD_3BIT, QSGD_4BIT]},
-        quick=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=300, repeat=3,
-                    eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on the digits, 300 steps of momentum SGD, "
-                                           f"3 seeds, {TOY}"),
-        full=Setup({"data": "resnet18:scale=0.125,image=32,classes=10,data=digits"}, steps=600, repeat=5,
-                   eval_every="100", scale=f"the same network and digits, 600 steps of momentum SGD, 5 seeds, {TOY}", toy=True),
+        quick=Setup({"data": NOISY_DIGITS}, steps=300, repeat=3,
+                    eval_every="50", scale=f"toy: ResNet-18 at 1/8 width on the noised digits, 300 steps of momentum "
+                                           f"SGD, 3 seeds, {TOY}"),
+        full=Setup({"data": NOISY_DIGITS}, steps=600, repeat=5,
+                   eval_every="100", scale=f"the same network and noised digits, 600 steps of momentum SGD, 5 seeds, "
+                                           f"{TOY}", toy=True),
         control=DGC_TOP),
     Experiment(
         "dgc-bytes",
