@@ -186,6 +186,8 @@ def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = Fa
     runs = {(r["cell"], r["repeat"]): r["run_id"] for r in results.sweep_runs(conn, name)}
 
     def stale(c: Cell) -> bool:
+        if runs[(c.key, c.repeat)] is None:
+            return False
         try:
             made = RunSpec.from_json(results.find_run(conn, runs[(c.key, c.repeat)])["spec"])
         except UserError:               # its run is not in this store (copied out, removed): kept as it was
