@@ -23,7 +23,7 @@ from .launch import slurm
 from .launch import state as ledger
 from .launch.kept import KeptNetwork
 from .session import resolve
-from .spec import RunSpec, SpecError, UserError
+from .spec import RunSpec, SpecError
 from .timing import Laps
 
 AXES = ("workload", "batch_size", "nodes", "latency", "bw", "compressor", "mode", "optimizer", "comm")
@@ -174,8 +174,28 @@ def plan(grid: Grid) -> list[Cell]:
 
 
 # what a sweep gives every cell beside its axes: a finished cell whose run was made with other values
-# (a sweep resumed under the same name with more steps, as a claims experiment made longer) is run again
-SETTINGS = ("steps", "lr", "eval_every", "bucket_cap_mb", "kernels", "device", "cpus_per_node", "dilate")
+# (a sweep resumed under the same name with more steps, as a claims experiment made longer) is run again.
+# Not the kernels: a run stores the ones it could use (the torch reference for a method without native ones)
+SETTINGS = ("steps", "lr", "seed", "eval_every", "bucket_cap_mb", "device", "cpus_per_node", "dilate")
+
+
+def standing(cells: list[Cell], name: str, conn) -> dict[tuple[str, int], str]:
+    """(cell key, repeat) -> run id, for the cells of ``cells`` that sweep ``name`` finished with
+    the settings it now gives them: what a resumed sweep keeps (a cell finished with other steps
+    stands for nothing, and is run again)."""
+    runs = {(r["cell"], r["repeat"]): r["run_id"] for r in results.sweep_runs(conn, name)}
+    out = {}
+    for c in cells:
+        run_id = runs.get((c.key, c.repeat))
+        spec = results.spec_of(conn, run_id) if run_id else None
+        if spec is None:                # its run is not in this store (copied out, removed): kept as it was
+            if run_id:
+                out[(c.key, c.repeat)] = run_id
+            continue
+        made = RunSpec.from_json(spec)
+        if all(getattr(made, k) == getattr(c.spec, k) for k in SETTINGS):
+            out[(c.key, c.repeat)] = run_id
+    return out
 
 
 def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = False) -> list[Cell]:
@@ -183,18 +203,9 @@ def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = Fa
     finished with other settings than the sweep now gives them (``SETTINGS``)."""
     conn = results.connect(results_dir)
     rerun = {None, "running", "interrupted"} | ({"failed"} if retry_failed else set())
-    runs = {(r["cell"], r["repeat"]): r["run_id"] for r in results.sweep_runs(conn, name)}
-
-    def stale(c: Cell) -> bool:
-        if runs[(c.key, c.repeat)] is None:
-            return False
-        try:
-            made = RunSpec.from_json(results.find_run(conn, runs[(c.key, c.repeat)])["spec"])
-        except UserError:               # its run is not in this store (copied out, removed): kept as it was
-            return False
-        return any(getattr(made, k) != getattr(c.spec, k) for k in SETTINGS)
+    kept = standing(cells, name, conn)
     left = [c for c in cells if (status := results.cell_status(conn, name, c.key, c.repeat)) in rerun
-            or (status == "ok" and (c.key, c.repeat) in runs and stale(c))]
+            or (status == "ok" and (c.key, c.repeat) not in kept)]
     conn.close()
     return left
 

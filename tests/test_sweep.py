@@ -22,13 +22,15 @@ def _grid(tmp_path, **axes) -> sweep.Grid:
 
 def test_a_cell_finished_with_other_settings_is_run_again(tmp_path):
     """A sweep resumed under the same name with more steps (a claims experiment made longer) runs
-    again the cells its store finished with fewer; cells finished as the sweep now asks are kept
-    (planted: a finished cell always kept reuses the short runs)."""
+    again the cells its store finished with fewer; cells finished as the sweep now asks are kept,
+    whatever kernels their runs could use (planted: a finished cell always kept reuses the short
+    runs; the kernels compared, every resume runs none's cells again)."""
     g = _grid(tmp_path, bw=["1gbit"], compressor=["none", "fp16"])
     g.repeat = 1
     cells = sweep.plan(g)
     for c, steps in zip(cells, (3, 5)):             # the first as the grid asks, the second with other steps
-        made = c.spec.replace(steps=steps, run_id=f"run{steps}")
+        # as session.resolve stores it: the kernels that could run (none has no native ones), not those asked
+        made = c.spec.replace(steps=steps, run_id=f"run{steps}", kernels="torch")
         rec = results.Recorder(str(tmp_path), made.run_id)
         rec.start_run(made, {})
         rec.finish_run("ok")
@@ -37,6 +39,8 @@ def test_a_cell_finished_with_other_settings_is_run_again(tmp_path):
     assert [c.key for c in sweep.todo(cells, "s", str(tmp_path))] == [cells[1].key]
     g.steps = 5
     assert [c.key for c in sweep.todo(sweep.plan(g), "s", str(tmp_path))] == [cells[0].key]
+    g.steps, g.seed = 3, "7"                         # resumed with another seed: both again
+    assert len(sweep.todo(sweep.plan(g), "s", str(tmp_path))) == 2
 
 
 def test_plan_is_the_product_with_repeats_outermost(tmp_path):

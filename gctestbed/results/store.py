@@ -505,6 +505,12 @@ def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, run_id: str) -> b
     return True
 
 
+def spec_of(conn: sqlite3.Connection, run_id: str) -> str | None:
+    """The stored spec (JSON) of run ``run_id`` exactly; None when this store has no such run."""
+    row = conn.execute("SELECT spec FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    return row["spec"] if row else None
+
+
 def find_run(conn: sqlite3.Connection, run: str | None) -> sqlite3.Row:
     """The run whose id starts with ``run``, or the latest run when ``run`` is None."""
     if run is None:
