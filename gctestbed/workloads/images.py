@@ -148,11 +148,17 @@ def _batches(o: VisionOptions, seed: int, rank: int, batch_size: int) -> Iterato
 EVAL_SAMPLES = 512
 
 
-def _evaluator(o: VisionOptions, seed: int):
+def held_out(o: VisionOptions, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images every rank evaluates on: the held-out digits (with one draw of their noise, fixed
+    by the run's seed), or synthetic samples from a stream no rank trains on."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
     if o.data == "digits":
-        _, (x, y) = digits(o.image, o.pixel_noise, torch.Generator().manual_seed(seed * 1_000_003 + 999_983))
-    else:
-        x, y = _synthetic(_templates(o, seed), o, torch.Generator().manual_seed(seed * 1_000_003 + 999_983), EVAL_SAMPLES)
+        return digits(o.image, o.pixel_noise, g)[1]
+    return _synthetic(_templates(o, seed), o, g, EVAL_SAMPLES)
+
+
+def _evaluator(o: VisionOptions, seed: int):
+    x, y = held_out(o, seed)
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         was = model.training
