@@ -463,6 +463,10 @@ def import_rows(conn: sqlite3.Connection, exported: list[dict[str, list[dict]]])
                 have = _columns(conn, table)
                 for row in part.get(table, []):
                     _insert_new(conn, table, row, have, dropped)
+            for table in set(part) - set(RANK_TABLES):           # a table a newer host has and this store lacks
+                for row in part[table]:
+                    if "run_id" in row:
+                        dropped.setdefault(row["run_id"], set()).add(f"{table}.*")
         _note_dropped(conn, dropped)
 
 
@@ -474,6 +478,9 @@ def _insert_new(conn: sqlite3.Connection, table: str, row: dict, have: set[str],
     """Add ``row`` to ``table`` (whose columns are ``have``) unless a row with its key is there
     already; the row's columns the table lacks are left out and added to ``dropped`` by run."""
     kept = {k: v for k, v in row.items() if k in have}
+    if "run_id" not in kept:                # nothing this store can place: the whole row is named
+        dropped.setdefault(row.get("run_id", "?"), set()).add(f"{table}.*")
+        return
     conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(kept)}) VALUES ({', '.join('?' * len(kept))})",
                  tuple(kept.values()))
     if len(kept) < len(row):
@@ -481,10 +488,13 @@ def _insert_new(conn: sqlite3.Connection, table: str, row: dict, have: set[str],
 
 
 def _note_dropped(conn: sqlite3.Connection, dropped: dict[str, set[str]]) -> None:
-    """Name, in each run's environment, the columns its rows held that this store's schema lacks."""
+    """Name, in each run's environment, the columns (``table.*``: whole tables) its rows held that
+    this store's schema lacks, beside those an earlier import named."""
     for run_id, columns in dropped.items():
-        if conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
-            update_environment(conn, run_id, {"columns_not_stored": sorted(columns)})
+        row = conn.execute("SELECT environment FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row:
+            before = json.loads(row["environment"] or "{}").get("columns_not_stored", [])
+            update_environment(conn, run_id, {"columns_not_stored": sorted(set(before) | columns)})
 
 
 RUN_TABLES = ("runs", "evals", "calibrations", "faults") + RANK_TABLES     # every table a run's rows live in
