@@ -260,12 +260,12 @@ def test_noised_digits_add_the_stated_pixel_noise_fixed_on_the_held_out_ones():
     generator, each fails)."""
     from gctestbed.workloads import images
     pick = torch.arange(0, 1000)
-    clean = images.digits(8, train=pick)[0]
+    clean = images.digit_images(images._split()[0][pick], 8)[0]
     g = torch.Generator().manual_seed(1)
-    noisy, again = images.digits(8, 2.0, g, train=pick)[0], images.digits(8, 2.0, g, train=pick)[0]
+    noisy, again = (images.digit_images(images._split()[0][pick], 8, 2.0, g)[0] for _ in range(2))
     assert float((noisy - clean).std()) == pytest.approx(2.0, rel=0.02)
     assert float((again - noisy).std()) == pytest.approx(2.0 * 2 ** 0.5, rel=0.02)     # a fresh draw, not the same
-    assert torch.equal(images.digits(32, train=pick)[0], images.digits(32)[0][0][:1000])   # 0: the digits as they are
+    assert torch.equal(images.digit_images(images._split()[0][pick], 32)[0], images.digits(32)[0][0][:1000])   # 0: the digits as they are
     o = images.VisionOptions(image=32, classes=10, data="digits", pixel_noise=2.0)
     plain = images.VisionOptions(image=32, classes=10, data="digits")
     (x, y), (x0, y0) = next(images._batches(o, 5, 0, 64)), next(images._batches(plain, 5, 0, 64))

@@ -98,24 +98,31 @@ def _digits_raw() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0, torch.tensor(d.target)
 
 
-def digits(image: int, noise: float = 0.0, g: torch.Generator | None = None, train: slice | torch.Tensor | None = None):
-    """(train, held out) digits at ``image`` pixels, 3 channels, standardised as the clean images
-    are; the split is fixed. With ``noise``, Gaussian noise of that many of the 8x8 digits'
-    standard deviations (drawn from ``g``) is added to each 8x8 digit before it is scaled up, so it
-    blurs strokes at the digits' own scale; ``train`` picks training images (the held-out ones are
-    then not returned)."""
+@lru_cache(maxsize=1)
+def _split() -> tuple[torch.Tensor, torch.Tensor]:
+    """The digits' training and held-out indices: a fixed shuffle, its last fifth held out."""
+    n = len(_digits_raw()[1])
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(20180101))
+    return order[:n * 4 // 5], order[n * 4 // 5:]
+
+
+def digit_images(idx: torch.Tensor, image: int, noise: float = 0.0, g: torch.Generator | None = None):
+    """Digits ``idx`` at ``image`` pixels, 3 channels, standardised as the clean images are. With
+    ``noise``, Gaussian noise of that many of the 8x8 digits' standard deviations (drawn from
+    ``g``) is added to each 8x8 digit before it is scaled up, so it blurs strokes at the digits'
+    own scale."""
     x8, y = _digits_raw()
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(20180101))
-    cut = len(y) * 4 // 5
+    raw = x8[idx]
+    if noise:
+        raw = raw + noise * float(x8.std()) * torch.randn(raw.shape, generator=g)
     mean, std = _scaled_stats(image)
-    idx = (order[:cut] if train is None else order[:cut][train]), order[cut:]
-    out = []
-    for part in idx if train is None else idx[:1]:
-        raw = x8[part]
-        if noise:
-            raw = raw + noise * float(x8.std()) * torch.randn(raw.shape, generator=g)
-        out.append(((_scaled(raw, image) - mean) / std, y[part]))
-    return tuple(out) if train is None else out[0]
+    return (_scaled(raw, image) - mean) / std, y[idx]
+
+
+def digits(image: int, noise: float = 0.0, g: torch.Generator | None = None):
+    """(train, held out) digits at ``image`` pixels (``digit_images``); the split is fixed."""
+    train, held = _split()
+    return digit_images(train, image, noise, g), digit_images(held, image, noise, g)
 
 
 def _scaled(x8: torch.Tensor, image: int) -> torch.Tensor:
@@ -137,9 +144,9 @@ def _batches(o: VisionOptions, seed: int, rank: int, batch_size: int) -> Iterato
             while True:
                 pick = torch.randint(0, len(y), (batch_size,), generator=g)
                 yield x[pick], y[pick]
-        n = len(digits(o.image)[0][1])
+        train = _split()[0]
         while True:                     # noise drawn afresh on every draw
-            yield digits(o.image, o.pixel_noise, g, torch.randint(0, n, (batch_size,), generator=g))
+            yield digit_images(train[torch.randint(0, len(train), (batch_size,), generator=g)], o.image, o.pixel_noise, g)
     templates = _templates(o, seed)
     while True:
         yield _synthetic(templates, o, g, batch_size)
