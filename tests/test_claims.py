@@ -476,6 +476,24 @@ def test_every_part_in_scope_reads_methods_its_experiment_runs(tmp_path):
                 assert got["value"] is not None, (claim.id, got["label"], got.get("why"))
 
 
+def test_cells_an_older_experiment_ran_on_another_task_are_not_read(tmp_path):
+    """The Adam experiment moved from the clean digits to the noised ones under the same sweep name:
+    a store holding both reads only the noised digits' runs (planted: every finished cell read,
+    each seed has two runs of none and the figure is not the noised task's 0.0 points)."""
+    name, exp = EXPERIMENTS["accuracy-adam"].sweep_name(True), EXPERIMENTS["accuracy-adam"]
+    clean = "resnet18:scale=0.125,image=32,classes=10,data=digits"
+    assert params_of("accuracy-adam")["workload"] != clean
+    for workload, accs in ((None, {"none": 0.80, X.VARIANCE: 0.80, exp.control: 0.40}),
+                           (clean, {"none": 0.97, X.VARIANCE: 0.90, exp.control: 0.90})):
+        for method, acc in accs.items():
+            for seed in (0, 1):
+                params = params_of("accuracy-adam", compressor=method, **({"workload": workload} if workload else {}))
+                cell(str(tmp_path), name, params, [0.1] * 3, acc, 1_000_000, repeat=seed, seed=seed,
+                     run_id=f"{'old' if workload else 'new'}-{abs(hash(method)) % 10**6}-{seed}")
+    part = judge.judge(anywhere("h"), True, str(tmp_path))["parts"][1]
+    assert part["value"] == pytest.approx(0.0) and part["low"] == pytest.approx(0.0), part
+
+
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
     judge_c(tmp_path, [0.1] * 12, [0.1] * 12)
     out = gct("claims", "report", "c", "s", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--json")

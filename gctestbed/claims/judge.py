@@ -73,7 +73,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
         exp = EXPERIMENTS[part.experiment]
         name = _sweep(exp, quick, repeat)
         if name not in rows_of:
-            rows_of[name] = _rows(results_dir, name)
+            rows_of[name] = _rows(results_dir, name, _workloads(exp, quick))
         rows = rows_of[name]
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
         dev = devices[part.experiment] = _device_of(rows) if rows else (device or "cpu")   # as the runs were made
@@ -134,7 +134,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        rows = _rows(results_dir, _sweep(exp, quick, repeat))
+        rows = _rows(results_dir, _sweep(exp, quick, repeat), _workloads(exp, quick))
         if not exp.control or not rows:
             continue
         m = F.accuracy_delta(rows, exp.control, "none")
@@ -178,8 +178,14 @@ def _sweep(exp, quick: bool, repeat: int | None) -> str:
     return exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
 
 
-def _rows(results_dir: str, sweep_name: str) -> list[cells.Row]:
-    """The sweep's finished cells; none when it has not run (its parts are then inconclusive)."""
+def _workloads(exp, quick: bool) -> set[str]:
+    return {exp.fill(quick, w) for w in exp.axes["workload"]}
+
+
+def _rows(results_dir: str, sweep_name: str, workloads: set[str] | None = None) -> list[cells.Row]:
+    """The sweep's finished cells (of ``workloads``, the experiment's as it now stands, so cells an
+    older version of it ran on another task under the same sweep name are never read beside the
+    new ones); none when it has not run (its parts are then inconclusive)."""
     try:
         conn = results.connect(results_dir, create=False)
     except UserError:
@@ -187,7 +193,8 @@ def _rows(results_dir: str, sweep_name: str) -> list[cells.Row]:
     names = results.sweep_names(conn)
     conn.close()
     try:
-        return cells.load(results_dir, sweep_name) if sweep_name in names else []
+        rows = cells.load(results_dir, sweep_name) if sweep_name in names else []
+        return [r for r in rows if workloads is None or r.workload in workloads]
     except UserError:                   # the sweep ran but no cell finished
         return []
 
