@@ -161,10 +161,14 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
         mine = [statistics.median(replayed[(rank, s, q)][0] for r, s, q in replayed if r == rank and s >= 2 and q == slot)
                 for slot in slots]
         spread = max(recorded) - min(recorded)
-        # four nodes on two cores fall behind the recorded times (the last bucket 6.3 ms late in a spread
-        # of 15.5 ms in one CI run, 8.1 of 15.9 in a full run on 26 November), so the bound here is looser
-        # than on the recorded node count; a release at backward's end is off by the whole spread
-        assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.75 * spread, (rank, mine, recorded)
+        # four nodes on two cores fall behind the recorded times, more with every bucket (the last one 6.3
+        # ms late in a spread of 15.5 ms in one CI run, 8.1 of 15.9 on 26 November, 15.1 of 18.4 in CI on
+        # 27 November), so the bound on the recorded node count does not hold here. What does: the first
+        # bucket is released near its recorded time and the later ones spread out at least half as far as
+        # recorded; a release at backward's end puts the first near the last's time, with little spread
+        # (planted on 27 November: the first 13.0 ms late in a recorded spread of 25.6, the spread 8.2 ms)
+        assert abs(mine[0] - recorded[0]) <= 0.35 * spread, (rank, mine, recorded)
+        assert mine[-1] - mine[0] >= 0.5 * spread, (rank, mine, recorded)
         # the recorded payloads, step by step (as a set per step: on 2 cores four nodes may hand two
         # buckets ready together to the hook in the other order, which renumbers them; seen once in CI)
         for step in {s for r, s, _ in replayed if r == rank}:
