@@ -179,10 +179,10 @@ def plan(grid: Grid) -> list[Cell]:
 SETTINGS = ("steps", "lr", "seed", "eval_every", "bucket_cap_mb", "device", "cpus_per_node", "dilate")
 
 
-def standing(cells: list[Cell], name: str, conn) -> dict[tuple[str, int], str]:
+def standing(cells: list[Cell], name: str, conn, settings: tuple[str, ...] = SETTINGS) -> dict[tuple[str, int], str]:
     """(cell key, repeat) -> run id, for the cells of ``cells`` that sweep ``name`` finished with
-    the settings it now gives them: what a resumed sweep keeps (a cell finished with other steps
-    stands for nothing, and is run again)."""
+    the ``settings`` it now gives them: what a resumed sweep keeps (a cell finished with other steps
+    stands for nothing, and is run again), and what the claims judge reads."""
     runs = {(r["cell"], r["repeat"]): r["run_id"] for r in results.sweep_runs(conn, name)}
     out = {}
     for c in cells:
@@ -193,7 +193,7 @@ def standing(cells: list[Cell], name: str, conn) -> dict[tuple[str, int], str]:
                 out[(c.key, c.repeat)] = run_id
             continue
         made = RunSpec.from_json(spec)
-        if all(getattr(made, k) == getattr(c.spec, k) for k in SETTINGS):
+        if all(getattr(made, k) == getattr(c.spec, k) for k in settings):
             out[(c.key, c.repeat)] = run_id
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -9,7 +10,8 @@ import sys
 
 import pytest
 
-from gctestbed import results
+from gctestbed import results, sweep
+from gctestbed.analysis import cells
 from gctestbed.claims import catalog, judge
 from gctestbed.claims.experiments import EXPERIMENTS, STROM_TAUS
 from gctestbed.claims.conditions import Conditions
@@ -75,7 +77,6 @@ def test_a_region_judges_an_interval_inside_clear_of_or_across_its_edge():
 
 def anywhere(claim_id: str) -> catalog.Claim:
     """The claim with its source's conditions lifted, so the verdict machinery can be tested on it here."""
-    import dataclasses
     return dataclasses.replace(catalog.BY_ID[claim_id], conditions=Conditions())
 
 
@@ -83,13 +84,16 @@ def anywhere(claim_id: str) -> catalog.Claim:
 
 def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], accuracy: float | None = None,
          samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None,
-         repeat: int = 0, seed: int = 0, device: str = "cpu") -> None:
+         repeat: int = 0, seed: int = 0, device: str = "cpu", **settings) -> None:
     """One finished sweep cell of two ranks with these step times, held-out accuracy, bytes sent
-    (the interface counters) and payload bytes (gctestbed's accounting; default: the same)."""
+    (the interface counters) and payload bytes (gctestbed's accounting; default: the same); run
+    with the steps and other settings the claims experiment whose sweep it is gives its cells (the
+    judge reads no other), or ``settings``."""
     run_id = run_id or f"r{abs(hash(json.dumps(params, sort_keys=True))) % 10**10}-{repeat}"
     spec = RunSpec(nodes=int(params["nodes"]), link=LinkSpec(bw_bps=parse_rate(params["bw"])), compressor=params["compressor"].split(":")[0],
                    workload=params["workload"].split(":")[0], steps=len(step_times), batch_size=int(params["batch_size"]),
                    mode=params["mode"], results_dir=results_dir, run_id=run_id, seed=seed, device=device)
+    spec = dataclasses.replace(spec, **{**settings_of(sweep), **settings})
     rec = results.Recorder(results_dir, run_id)
     rec.start_run(spec, {})
     for step, t in enumerate(step_times):
@@ -100,6 +104,18 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
     rec.finish_run("ok")
     results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), repeat, "ok", run_id)
     rec.close()
+
+
+def settings_of(sweep_name: str) -> dict:
+    """What the claims experiment whose sweep this is gives every cell (judge.JUDGED), as its grid plans
+    it; nothing for another sweep."""
+    for exp in EXPERIMENTS.values():
+        for quick in (True, False):
+            name = exp.sweep_name(quick)
+            if sweep_name == name or sweep_name.startswith(name + "-r"):
+                spec = sweep.plan(exp.grid(quick, results_dir="unused"))[0].spec
+                return {k: getattr(spec, k) for k in judge.JUDGED}
+    return {}
 
 
 def params_of(experiment: str, quick: bool = True, **values) -> dict:
@@ -174,7 +190,7 @@ def test_repeats_that_do_not_pair_give_no_interval(tmp_path):
         for k, seed in enumerate(seeds):
             cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, 0.9, 360, repeat=k, seed=seed)
     from gctestbed.claims import figures
-    m = figures.accuracy_delta(judge._rows(str(tmp_path), name), "twobit:threshold=0.01", "none")
+    m = figures.accuracy_delta(cells.load(str(tmp_path), name), "twobit:threshold=0.01", "none")
     assert m.value is None and "differ" in m.why
     # one repeat of three missing (failed, diverged, not run): no interval over the survivors
     for k in range(3):
@@ -182,7 +198,7 @@ def test_repeats_that_do_not_pair_give_no_interval(tmp_path):
     for k in (0, 2):
         cell(str(tmp_path / "gap"), name, params_of("accuracy-sgd", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.9,
              360, repeat=k, seed=k)
-    gap = figures.accuracy_delta(judge._rows(str(tmp_path / "gap"), name), "twobit:threshold=0.01", "none")
+    gap = figures.accuracy_delta(cells.load(str(tmp_path / "gap"), name), "twobit:threshold=0.01", "none")
     assert gap.value is None and "seeds [0, 2]" in gap.why
 
 
@@ -260,7 +276,6 @@ def test_a_bytes_claim_holds_only_where_the_wire_and_the_believed_payloads_agree
 
 def _counting(claim: catalog.Claim, calls: list) -> catalog.Claim:
     """The claim with every part's figure noting which count it was asked on."""
-    import dataclasses
     def wrap(figure):
         return lambda rows, ctx: (calls.append(ctx.count), figure(rows, ctx))[1]
     return dataclasses.replace(claim, parts=[dataclasses.replace(p, figure=wrap(p.figure)) for p in claim.parts])
@@ -419,7 +434,6 @@ def test_a_claim_about_one_class_of_model_is_out_of_scope_on_another():
     assert conditions.mismatches(catalog.MXNET_ACC, own, conditions.ACCURACY) == []      # MXNet's FAQ names none
     # in the catalogue: i and k are measured on the digits' ResNet-18 (a CNN), h too; e, f and w on the text
     # task's LSTM (their source's LSTMs); on the LSTM, i's and k's parts would be out of scope
-    import dataclasses
     for claim in "ikhefw":
         assert judge.in_scope(catalog.BY_ID[claim], True, "cpu") == catalog.BY_ID[claim].parts, claim
     def on_lstm(claim_id):
@@ -436,7 +450,6 @@ def test_a_speed_measured_on_a_cluster_size_the_source_did_not_run_is_out_of_sco
     """DGC's speedups were measured on 4 to 64 GPUs: a speed on 2 nodes is out of scope with the
     sizes named, one on 8 and 16 nodes is not; an accuracy does not read the cluster size (shown
     beside the verdict, not gating it). Planted: the gate not read, the 2-node speed is judged."""
-    import dataclasses
     from gctestbed.claims import conditions
     gpu = dataclasses.replace(catalog.DGC_RUNS, optimizer="any")
     small = conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2", "8"], "workload": ["resnet50"]}, "cuda")
@@ -492,6 +505,31 @@ def test_cells_an_older_experiment_ran_on_another_task_are_not_read(tmp_path):
                      run_id=f"{'old' if workload else 'new'}-{abs(hash(method)) % 10**6}-{seed}")
     part = judge.judge(anywhere("h"), True, str(tmp_path))["parts"][1]
     assert part["value"] == pytest.approx(0.0) and part["low"] == pytest.approx(0.0), part
+
+
+def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_read(tmp_path):
+    """The MLP experiment was made longer under the same sweep name: 2-bit's cells, finished with
+    fewer steps than it now gives, are not read (the part has no 2-bit runs) until they are run
+    again with its steps; a shared seed is not a reason to drop a cell (the figure names it).
+    Planted: every cell of the experiment's workloads read (the filter before) -> a value at once."""
+    name, exp = EXPERIMENTS["accuracy-mlp"].sweep_name(True), EXPERIMENTS["accuracy-mlp"]
+    steps = settings_of(name)["steps"]
+    for method, acc in (("none", 0.90), ("twobit:threshold=0.01", 0.85), (exp.control, 0.50)):
+        for seed in (0, 1):
+            cell(str(tmp_path), name, params_of("accuracy-mlp", compressor=method), [0.1] * 3, acc, 1_000_000,
+                 repeat=seed, seed=seed, **({"steps": steps // 2} if method.startswith("twobit") else {}))
+    part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
+    assert part["value"] is None and "no held-out accuracy of twobit" in part["why"], part
+    for seed in (0, 1):                 # run again as the experiment now gives it
+        cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,
+             1_000_000, repeat=seed, seed=seed, run_id=f"again-{seed}")
+    part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
+    assert part["value"] == pytest.approx(-5.0), part
+    for seed in (0, 1):                 # both repeats of 2-bit on one seed: read, and named by the figure
+        cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,
+             1_000_000, repeat=seed, seed=7, run_id=f"shared-{seed}")
+    part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
+    assert part["value"] is None and "share a seed" in part["why"], part
 
 
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
@@ -571,7 +609,7 @@ def test_the_crossover_is_the_log_bandwidth_interpolation_worked_by_hand(tmp_pat
     for bw, (none_s, m_s) in (("100mbit", (0.2, 0.1)), ("1gbit", (0.2, 0.4))):
         for method, t in (("none", none_s), ("topk:ratio=0.01", m_s)):
             cell(str(tmp_path), name, params_of("crossover", bw=bw, compressor=method), [t] * 8)
-    x = figures.crossover(judge._rows(str(tmp_path), name), "topk:ratio=0.01", "none")
+    x = figures.crossover(cells.load(str(tmp_path), name), "topk:ratio=0.01", "none")
     assert x.value == pytest.approx(10 ** (8 + 2 / 3), rel=1e-6) and x.low <= x.value <= x.high
 
 
@@ -584,11 +622,11 @@ def test_time_to_accuracy_is_steps_to_the_target_times_step_time_worked_by_hand(
     dgc = EXPERIMENTS["accuracy-sgd"].fill(True, "dgc:ratio=0.001,warmup_epochs=4,steps_per_epoch={epoch},clip_norm=1")
     for method, t, acc in (("none", 0.1, 0.90), (dgc, 0.05, 0.90)):
         cell(str(tmp_path / "fast"), name, params_of("accuracy-sgd", compressor=method), [t] * 8, acc, 2048)
-    x = figures.time_to_accuracy(judge._rows(str(tmp_path / "fast"), name), dgc, "none")
+    x = figures.time_to_accuracy(cells.load(str(tmp_path / "fast"), name), dgc, "none")
     assert x.value == pytest.approx(2.0) and x.detail["target_accuracy"] == pytest.approx(0.89)
     for method, t, acc in (("none", 0.1, 0.90), (dgc, 0.05, 0.85)):
         cell(str(tmp_path / "short"), name, params_of("accuracy-sgd", compressor=method), [t] * 8, acc, 2048)
-    short = figures.time_to_accuracy(judge._rows(str(tmp_path / "short"), name), dgc, "none")
+    short = figures.time_to_accuracy(cells.load(str(tmp_path / "short"), name), dgc, "none")
     assert short.value is None and "never reached" in short.why
 
 
@@ -654,11 +692,11 @@ def test_speedups_and_byte_ratios_over_seeds_are_paired_t_intervals_on_log_ratio
                  tx=base, repeat=k, seed=seed)
             cell(str(tmp_path / where), name, params_of("accuracy-sgd", compressor=method), [tx / 10_000] * 3, 0.9, 360,
                  tx=tx, repeat=k, seed=seed)
-    rows = judge._rows(str(tmp_path / "paired"), name)
+    rows = cells.load(str(tmp_path / "paired"), name)
     for m in (figures.compression(rows, method), figures.speedup(rows, method, "none")):
         assert (m.value, m.low, m.high) == pytest.approx((4.0, 0.7149, 22.380), rel=1e-4)
         assert m.detail["seeds"] == [0, 1, 2] and "paired" in m.detail["interval"]
-    shared = figures.compression(judge._rows(str(tmp_path / "shared"), name), method)
+    shared = figures.compression(cells.load(str(tmp_path / "shared"), name), method)
     assert (shared.low, shared.high) == pytest.approx((1.0, 16.0)) and "range" in shared.detail["interval"]
 
 
@@ -720,13 +758,16 @@ PER_CLAIM = {
 
 
 @pytest.mark.parametrize("claim_id, case", [(c, k) for c, (_, cases) in PER_CLAIM.items() for k in cases])
-def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_made_for_it(tmp_path, claim_id, case):
+def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_made_for_it(tmp_path, monkeypatch, claim_id, case):
     """Every claim measured on the accuracy tasks, its source's conditions lifted (what is tested is
     its figures, not its scope), fed made-up measurements that must make each of its parts agree,
-    and others that must make them disagree (the positive control losing in both)."""
+    and others that must make them disagree (the positive control losing in both). A method the
+    experiment no longer runs for an out-of-scope claim (u's alpha 2) is put back in its grid."""
     experiment, cases = PER_CLAIM[claim_id]
     methods, verdicts = cases[case]
     exp = _E[experiment]
+    planned = exp.axes["compressor"]
+    monkeypatch.setitem(exp.axes, "compressor", planned + [m for m in methods if m not in planned])
     for method, (acc, tx, *step_s) in {**_BASE[experiment], **methods}.items():
         for seed in (0, 1):                     # two paired repeats that agree: zero-wide intervals
             cell(str(tmp_path), exp.sweep_name(True), params_of(experiment, compressor=method),
@@ -740,7 +781,6 @@ def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_mad
 def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path):
     """A GPU claim (c with only its device condition kept) is judged on GPU runs, out of scope on
     CPU runs, and out of scope on a store holding both (its first row no longer decides)."""
-    import dataclasses
     claim = dataclasses.replace(catalog.BY_ID["c"], conditions=Conditions(device="gpu"))
     name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
     for where, devices in (("gpu", ("cuda", "cuda")), ("cpu", ("cpu", "cpu")), ("mixed", ("cuda", "cpu"))):
@@ -762,7 +802,6 @@ def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none
     A single repeat has no interval, so 'between 1 and 1.15' cannot judge it. Planted: λ fitted on
     the pooled cells with no interval -> the bounds differ."""
     import synthetic
-    from gctestbed.analysis import cells
     from gctestbed.claims import figures
     for seed, lam in ((1, 1.1), (2, 1.2), (3, 1.3)):
         monkeypatch.setattr(synthetic, "LAMBDA", lam)

@@ -52,11 +52,7 @@ def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None =
     needed = [p.experiment for c in claims for p in in_scope(c, quick, device)]
     for name in dict.fromkeys(needed):
         exp = EXPERIMENTS[name]
-        grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
-        if baseline not in grid.axes["compressor"]:
-            grid.axes["compressor"].append(baseline)
-        if repeat is not None:
-            grid.repeat = repeat
+        grid = _grid(exp, quick, results_dir, repeat, baseline, launcher, device)
         sweep_name = _sweep(exp, quick, repeat)
         left = sweep.todo(sweep.plan(grid), sweep_name, results_dir)
         sweep.run(grid, sweep_name, left, on_start=lambda cell: on_cell(sweep_name, cell))
@@ -73,7 +69,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
         exp = EXPERIMENTS[part.experiment]
         name = _sweep(exp, quick, repeat)
         if name not in rows_of:
-            rows_of[name] = _rows(results_dir, name, _workloads(exp, quick))
+            rows_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
         rows = rows_of[name]
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
         dev = devices[part.experiment] = _device_of(rows) if rows else (device or "cpu")   # as the runs were made
@@ -134,7 +130,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        rows = _rows(results_dir, _sweep(exp, quick, repeat), _workloads(exp, quick))
+        rows = _rows(results_dir, exp, quick, repeat)
         if not exp.control or not rows:
             continue
         m = F.accuracy_delta(rows, exp.control, "none")
@@ -178,23 +174,43 @@ def _sweep(exp, quick: bool, repeat: int | None) -> str:
     return exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
 
 
-def _workloads(exp, quick: bool) -> set[str]:
-    return {exp.fill(quick, w) for w in exp.axes["workload"]}
+def _grid(exp, quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
+          launcher: str = "netns", device: str = "cpu") -> sweep.Grid:
+    """The experiment's sweep as ``run`` makes it: the baseline's cells beside the methods' (when
+    it is not one of them), and a --repeat run's count."""
+    grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
+    if baseline not in grid.axes["compressor"]:
+        grid.axes["compressor"].append(baseline)
+    if repeat is not None:
+        grid.repeat = repeat
+    return grid
 
 
-def _rows(results_dir: str, sweep_name: str, workloads: set[str] | None = None) -> list[cells.Row]:
-    """The sweep's finished cells (of ``workloads``, the experiment's as it now stands, so cells an
-    older version of it ran on another task under the same sweep name are never read beside the
-    new ones); none when it has not run (its parts are then inconclusive)."""
+# what a stored cell must have been run with to be read: what the experiment now gives its cells
+# (sweep.SETTINGS), but the seed, which the figures' own check of independent repeats judges (a
+# shared seed is named there, not silently dropped), and the device, which the device gate judges
+JUDGED = tuple(s for s in sweep.SETTINGS if s not in ("seed", "device"))
+
+
+def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None, baseline: str = "none") -> list[cells.Row]:
+    """The experiment's finished cells as it now stands: of the cells its grid plans, those run
+    with the steps, learning rate, evaluation interval, bucket cap, CPUs and dilation it now gives
+    them (``JUDGED``). Cells an older version of it left under the same sweep name (another task,
+    fewer steps) are never read beside the new ones; a resumed ``claims run`` replaces them. None
+    when it has not run (its parts are then inconclusive)."""
+    name = _sweep(exp, quick, repeat)
     try:
         conn = results.connect(results_dir, create=False)
     except UserError:
         return []
-    names = results.sweep_names(conn)
-    conn.close()
     try:
-        rows = cells.load(results_dir, sweep_name) if sweep_name in names else []
-        return [r for r in rows if workloads is None or r.workload in workloads]
+        if name not in results.sweep_names(conn):
+            return []
+        kept = set(sweep.standing(sweep.plan(_grid(exp, quick, results_dir, repeat, baseline)), name, conn, JUDGED).values())
+    finally:
+        conn.close()
+    try:
+        rows = cells.load(results_dir, name)
     except UserError:                   # the sweep ran but no cell finished
         return []
-
+    return [r for r in rows if r.run_id in kept]
