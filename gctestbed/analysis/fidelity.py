@@ -83,9 +83,9 @@ def summary(cells: list[dict], bound: float = BOUND) -> dict:
     over ``bound``, those whose pairings reach past it, the interval verdicts, the largest wire
     difference."""
     errs = [abs(c["error"]) for c in cells]
-    return {"cells": len(cells), "median_abs_error": statistics.median(errs) if errs else None,
-            "max_abs_error": max(errs) if errs else None, "cells_over_10pct": sum(e > bound for e in errs),
-            "cells_whose_pairings_reach_past_10pct": sum(max(abs(x) for x in c["pairings"]) > bound for c in cells),
+    return {"cells": len(cells), "bound": bound, "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None, "cells_over_bound": sum(e > bound for e in errs),
+            "cells_whose_pairings_reach_past_bound": sum(max(abs(x) for x in c["pairings"]) > bound for c in cells),
             "interval_verdicts": {v: sum(verdict(*c["shift_interval"], bound).startswith(v) for c in cells)
                                   for v in ("within", "over", "cannot tell")},
             "max_abs_wire_diff": max((abs(c["wire_diff"]) for c in cells), default=None)}
