@@ -149,26 +149,28 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
     took; it fails when ranks past the trace's have none (planted: rank r without mod -> the run fails)."""
     real_dir, path = recorded                      # 8 steps of 2 nodes; 6 replayed
     args = ("--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
-    rep = gctestbed("run", "--nodes", "4", *args, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
+    # recorded times x4: four nodes on two cores fall behind the recorded times by a cost of this host's
+    # own, more with every bucket (the last one 6.3 ms late in a recorded spread of 15.5 ms in one CI run,
+    # 15.1 of 18.4 in another), which does not grow with the recorded times: stretched, the buckets' times
+    # stand clear of it, and a release at backward's end (a fixed cost early) is off by most of the spread
+    K = 4
+    rep = gctestbed("run", "--nodes", "4", *args, "--workload", f"replay:trace={path},scale={K}",
+                    "--results", str(tmp_path / "replay"))
     assert rep.returncode == 0, rep.stderr
     real = {k: v for k, v in _ready(real_dir).items() if k[1] < 6}      # the steps replayed
     replayed = _ready(tmp_path / "replay")
     assert {r for r, _, _ in replayed} == {0, 1, 2, 3}
     for rank in range(4):
         slots = sorted({q for r, s, q in real if r == rank % 2 and s >= 2})
-        recorded = [statistics.median(real[(rank % 2, s, q)][0] for r, s, q in real if r == rank % 2 and s >= 2 and q == slot)
+        recorded = [K * statistics.median(real[(rank % 2, s, q)][0] for r, s, q in real if r == rank % 2 and s >= 2 and q == slot)
                     for slot in slots]
         mine = [statistics.median(replayed[(rank, s, q)][0] for r, s, q in replayed if r == rank and s >= 2 and q == slot)
                 for slot in slots]
         spread = max(recorded) - min(recorded)
-        # four nodes on two cores fall behind the recorded times, more with every bucket (the last one 6.3
-        # ms late in a spread of 15.5 ms in one CI run, 8.1 of 15.9 on 26 November, 15.1 of 18.4 in CI on
-        # 27 November), so the bound on the recorded node count does not hold here. What does: the first
-        # bucket is released near its recorded time and the later ones spread out at least half as far as
-        # recorded; a release at backward's end puts the first near the last's time, with little spread
-        # (planted on 27 November: the first 13.0 ms late in a recorded spread of 25.6, the spread 8.2 ms)
-        assert abs(mine[0] - recorded[0]) <= 0.35 * spread, (rank, mine, recorded)
-        assert mine[-1] - mine[0] >= 0.5 * spread, (rank, mine, recorded)
+        # every bucket within a quarter of the (stretched) spread; on the recorded node count, a fifth. Seen
+        # on 27 November with a busy host: 0.007 to 0.06 of a 154-218 ms spread; planted (every bucket
+        # released at backward's end), 0.82
+        assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.25 * spread, (rank, mine, recorded)
         # the recorded payloads, step by step (as a set per step: on 2 cores four nodes may hand two
         # buckets ready together to the hook in the other order, which renumbers them; seen once in CI)
         for step in {s for r, s, _ in replayed if r == rank}:
