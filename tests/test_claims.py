@@ -106,15 +106,20 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
     rec.close()
 
 
+# what a claims experiment gives every cell beside its axes and the judge holds a stored cell to
+# (written out here, not read from judge.JUDGED, so a change there cannot change the test's data too)
+GIVEN = ("steps", "lr", "eval_every", "bucket_cap_mb", "cpus_per_node", "dilate")
+
+
 def settings_of(sweep_name: str) -> dict:
-    """What the claims experiment whose sweep this is gives every cell (judge.JUDGED), as its grid plans
+    """What the claims experiment whose sweep this is gives every cell (GIVEN), as its grid plans
     it; nothing for another sweep."""
     for exp in EXPERIMENTS.values():
         for quick in (True, False):
             name = exp.sweep_name(quick)
             if sweep_name == name or sweep_name.startswith(name + "-r"):
                 spec = sweep.plan(exp.grid(quick, results_dir="unused"))[0].spec
-                return {k: getattr(spec, k) for k in judge.JUDGED}
+                return {k: getattr(spec, k) for k in GIVEN}
     return {}
 
 
@@ -518,8 +523,10 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
         for seed in (0, 1):
             cell(str(tmp_path), name, params_of("accuracy-mlp", compressor=method), [0.1] * 3, acc, 1_000_000,
                  repeat=seed, seed=seed, **({"steps": steps // 2} if method.startswith("twobit") else {}))
-    part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
+    out = judge.judge(anywhere("d"), True, str(tmp_path))
+    part = out["parts"][0]
     assert part["value"] is None and "no held-out accuracy of twobit" in part["why"], part
+    assert "2 finished cells of" in part["why"] and out["cells_not_read"] == {name: 2}, (part["why"], out)
     for seed in (0, 1):                 # run again as the experiment now gives it
         cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,
              1_000_000, repeat=seed, seed=seed, run_id=f"again-{seed}")
@@ -530,6 +537,33 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
              1_000_000, repeat=seed, seed=7, run_id=f"shared-{seed}")
     part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
     assert part["value"] is None and "share a seed" in part["why"], part
+
+
+@pytest.mark.parametrize("setting, other", [("steps", 7), ("lr", 0.123), ("eval_every", 13), ("bucket_cap_mb", 0.5),
+                                            ("cpus_per_node", 0.5)])
+def test_each_setting_an_experiment_gives_its_cells_decides_whether_a_cell_is_read(tmp_path, setting, other):
+    """One of none's two repeats finished with another value of one setting the experiment gives every
+    cell: that cell is not read, the other is. Planted: a setting left out of judge.JUDGED -> both
+    read. (Not dilate: no claims experiment replays, and a real model's run cannot be dilated.)"""
+    name = EXPERIMENTS["accuracy-mlp"].sweep_name(True)
+    assert settings_of(name)[setting] != other
+    for seed in (0, 1):
+        cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="none"), [0.1] * 3, 0.9, 1_000_000,
+             repeat=seed, seed=seed, **({setting: other} if seed else {}))
+    rows, unread = judge._rows(str(tmp_path), EXPERIMENTS["accuracy-mlp"], True)
+    assert [r.repeat for r in rows] == [0] and [r.repeat for r in unread] == [1]
+
+
+def test_a_repeat_run_is_read_with_its_own_count_of_repeats(tmp_path):
+    """``claims run --repeat 5`` stores five repeats under its own sweep name: all five are read
+    (planted: the grid planned with the experiment's own count of repeats -> those past it dropped)."""
+    exp = EXPERIMENTS["accuracy-mlp"]
+    assert exp.setup(True).repeat < 5
+    for seed in range(5):
+        cell(str(tmp_path), judge._sweep(exp, True, 5), params_of("accuracy-mlp", compressor="none"), [0.1] * 3, 0.9,
+             1_000_000, repeat=seed, seed=seed)
+    rows, unread = judge._rows(str(tmp_path), exp, True, repeat=5)
+    assert sorted(r.repeat for r in rows) == [0, 1, 2, 3, 4] and not unread
 
 
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
@@ -794,6 +828,13 @@ def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path)
     # 'claims run --device cuda' names the device it runs on; the runs already stored still decide
     assert judge.judge(claim, True, str(tmp_path / "mixed"), device="cuda")["verdict"] == OUT_OF_SCOPE
     assert judge.judge(claim, True, str(tmp_path / "cpu"), device="cuda")["verdict"] == OUT_OF_SCOPE
+    # GPU runs the experiment no longer gives its settings are not read, but were still made on GPUs: the
+    # part has no figure, not "out of scope on CPUs" (planted: the device taken from the cells read alone)
+    for method in ("none", "twobit:threshold=0.5"):
+        cell(str(tmp_path / "stale"), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method),
+             [0.1] * 12, device="cuda", steps=5)
+    stale = judge.judge(claim, True, str(tmp_path / "stale"))
+    assert stale["verdict"] == INCONCLUSIVE and "were not read" in stale["parts"][0]["why"], stale["parts"][0]
 
 
 def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none(tmp_path, monkeypatch):

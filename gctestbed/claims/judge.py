@@ -64,15 +64,17 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
     outside its source's conditions is out of scope here, with the reasons; an accuracy part of an
     experiment whose positive control did not lose beyond the part's margin is inconclusive."""
     rows_of: dict[str, list[cells.Row]] = {}
+    unread_of: dict[str, list[cells.Row]] = {}
     parts, devices = [], {}
     for part in claim.parts:
         exp = EXPERIMENTS[part.experiment]
         name = _sweep(exp, quick, repeat)
         if name not in rows_of:
-            rows_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
-        rows = rows_of[name]
+            rows_of[name], unread_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
+        rows, unread = rows_of[name], unread_of[name]
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
-        dev = devices[part.experiment] = _device_of(rows) if rows else (device or "cpu")   # as the runs were made
+        made = rows or unread                   # as the runs were made (cells not read were made there too)
+        dev = devices[part.experiment] = _device_of(made) if made else (device or "cpu")
         outside = _outside(claim, part, quick, dev)
         entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
                  "holds_if": part.region.text(), "disagrees_if": part.region.disagree_text(),
@@ -84,6 +86,9 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
+        if m.value is None and unread:
+            why += (f"; {len(unread)} finished cells of {name} were not read: the experiment no longer plans them or "
+                    "gives them other settings (steps, learning rate, ...), and `claims run` runs them again")
         if ctx.counted:          # (a figure that read no bytes reads the same on either count)
             verdict, why, m = _both_counts(part, rows, ctx, m, verdict, why)
         if margin(part) and exp.control and m.value is not None and m.detail.get("method") != exp.control:
@@ -99,7 +104,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "toy": quick or any(EXPERIMENTS[p.experiment].setup(quick).toy for p in claim.parts), "baseline": baseline, "parts": parts, "results_dir": results_dir,
             "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
-            "cells": {name: len(rows) for name, rows in rows_of.items()}, "judged_at": time.time()}
+            "cells": {name: len(rows) for name, rows in rows_of.items()},
+            "cells_not_read": {name: len(unread) for name, unread in unread_of.items()}, "judged_at": time.time()}
 
 
 def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measure, verdict: str, why: str):
@@ -130,7 +136,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        rows = _rows(results_dir, exp, quick, repeat)
+        rows, _ = _rows(results_dir, exp, quick, repeat)
         if not exp.control or not rows:
             continue
         m = F.accuracy_delta(rows, exp.control, "none")
@@ -192,25 +198,26 @@ def _grid(exp, quick: bool, results_dir: str, repeat: int | None = None, baselin
 JUDGED = tuple(s for s in sweep.SETTINGS if s not in ("seed", "device"))
 
 
-def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None, baseline: str = "none") -> list[cells.Row]:
-    """The experiment's finished cells as it now stands: of the cells its grid plans, those run
-    with the steps, learning rate, evaluation interval, bucket cap, CPUs and dilation it now gives
-    them (``JUDGED``). Cells an older version of it left under the same sweep name (another task,
-    fewer steps) are never read beside the new ones; a resumed ``claims run`` replaces them. None
-    when it has not run (its parts are then inconclusive)."""
+def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None,
+          baseline: str = "none") -> tuple[list[cells.Row], list[cells.Row]]:
+    """The experiment's finished cells as it now stands, and those not read: of the cells its grid
+    plans, those run with the steps, learning rate, evaluation interval, bucket cap, CPUs and
+    dilation it now gives them (``JUDGED``). Cells an older version of it left under the same sweep
+    name (another task, fewer steps) are never read beside the new ones; a resumed ``claims run``
+    replaces them. None when it has not run (its parts are then inconclusive)."""
     name = _sweep(exp, quick, repeat)
     try:
         conn = results.connect(results_dir, create=False)
     except UserError:
-        return []
+        return [], []
     try:
         if name not in results.sweep_names(conn):
-            return []
+            return [], []
         kept = set(sweep.standing(sweep.plan(_grid(exp, quick, results_dir, repeat, baseline)), name, conn, JUDGED).values())
     finally:
         conn.close()
     try:
         rows = cells.load(results_dir, name)
     except UserError:                   # the sweep ran but no cell finished
-        return []
-    return [r for r in rows if r.run_id in kept]
+        return [], []
+    return [r for r in rows if r.run_id in kept], [r for r in rows if r.run_id not in kept]
