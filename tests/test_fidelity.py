@@ -87,6 +87,8 @@ def test_a_cell_and_a_summary_of_cells():
     other = {**cell, "error": -0.03, "wire_diff": -0.02, "pairings": [-0.05, 0.01], "shift_interval": [-0.06, 0.02]}
     s = fidelity.summary([cell, other])
     assert s["median_abs_error"] == pytest.approx((0.2 + 0.03) / 2) and s["max_abs_error"] == pytest.approx(0.2)
-    assert (s["cells_over_bound"], s["cells_whose_pairings_reach_past_bound"]) == (1, 1)
+    assert (s["cells_over_bound"], s["cells_whose_pairings_reach_past_bound"]) == (1, 1) and s["bound"] == 0.10
+    wide = fidelity.summary([cell, other], bound=0.25)          # 0.2 and the pairings' 0.43 against 25 %
+    assert (wide["bound"], wide["cells_over_bound"], wide["cells_whose_pairings_reach_past_bound"]) == (0.25, 0, 1)
     assert s["interval_verdicts"] == {"within": 1, "over": 0, "cannot tell": 1}
     assert s["max_abs_wire_diff"] == pytest.approx(0.02)
