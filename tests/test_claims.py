@@ -525,7 +525,7 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
                  repeat=seed, seed=seed, **({"steps": steps // 2} if method.startswith("twobit") else {}))
     out = judge.judge(anywhere("d"), True, str(tmp_path))
     part = out["parts"][0]
-    assert part["value"] is None and "no held-out accuracy of twobit" in part["why"], part
+    assert part["value"] is None and "no finished run of twobit" in part["why"], part
     assert "2 finished cells of" in part["why"] and out["cells_not_read"] == {name: 2}, (part["why"], out)
     for seed in (0, 1):                 # run again as the experiment now gives it
         cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,

@@ -42,14 +42,15 @@ def _quartiles(xs: list[float]) -> tuple[float, float]:
 
 
 def _where(where: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in where.items())
+    """' with k=v, ...' for the setting a figure picked its runs in, nothing when it picked none."""
+    return " with " + ", ".join(f"{k}={v}" for k, v in where.items()) if where else ""
 
 
 def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     """Baseline's median step time over the method's, in the same setting."""
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
     if not m or not b:
-        return Measure.missing(f"no finished run of {method if not m else baseline} with {_where(where)}")
+        return Measure.missing(f"no finished run of {method if not m else baseline}{_where(where)}")
     tm, tb = [r.step_s for r in m], [r.step_s for r in b]
     value = statistics.median(tb) / statistics.median(tm)
     if paired := paired_ratio(b, m, lambda r: r.step_s):
@@ -120,11 +121,13 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
     the figure says so instead of pretending they are. One run each: the binomial error of the two
     accuracies on their held-out samples."""
     m, b = (pick(rows, compressor=x, **where) for x in (method, baseline))
+    if not m or not b:
+        return Measure.missing(f"no finished run of {method if not m else baseline}{_where(where)}")
     m, b = ([r for r in runs if r.eval_accuracy is not None] for runs in (m, b))
     a, c = {r.seed: r for r in m}, {r.seed: r for r in b}
     if not a or not c:
-        return Measure.missing(f"no held-out accuracy of {method if not a else baseline} with {_where(where)} "
-                               "(the run failed or diverged)")
+        return Measure.missing(f"no held-out accuracy of {method if not a else baseline}{_where(where)} "
+                               "(its runs diverged or were not evaluated)")
     if len(a) < len(m) or len(c) < len(b):
         return Measure.missing(f"the repeats of {method} or {baseline} share a seed: they are not independent runs, "
                                "so they give no interval (a sweep gives repeat k the seed + k)")
@@ -236,7 +239,7 @@ def compression(rows: list[Row], method: str, baseline: str = "none", count: str
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
     wm, wb = [r.wire_bytes for r in m if r.wire_bytes], [r.wire_bytes for r in b if r.wire_bytes]
     if not wm or not wb:
-        return Measure.missing(f"no interface counters of {method if not wm else baseline} with {_where(where)}")
+        return Measure.missing(f"no interface counters of {method if not wm else baseline}{_where(where)}")
     pm, pb = [r.payload_bytes for r in m if r.payload_bytes], [r.payload_bytes for r in b if r.payload_bytes]
     payload_ratio = statistics.median(pb) / statistics.median(pm) if pm and pb else None
     detail = {"method": method, "payload_ratio": payload_ratio, **where}
@@ -291,7 +294,7 @@ def coding_share(rows: list[Row], method: str, **where) -> Measure:
     the interval from the steps' own ratios (step 0 left out) or the range over repeats."""
     m = [r for r in pick(rows, compressor=method, mode="serial", **where) if r.comm_s]
     if not m:
-        return Measure.missing(f"no serial run of {method} with {_where(where)}")
+        return Measure.missing(f"no serial run of {method}{_where(where)}")
     vals = [((r.encode_s or 0) + (r.decode_s or 0)) / r.comm_s for r in m]
     if len(m) > 1:
         low, high, how = min(vals), max(vals), f"range over {len(m)} repeats"
