@@ -508,8 +508,11 @@ def test_cells_an_older_experiment_ran_on_another_task_are_not_read(tmp_path):
                 params = params_of("accuracy-adam", compressor=method, **({"workload": workload} if workload else {}))
                 cell(str(tmp_path), name, params, [0.1] * 3, acc, 1_000_000, repeat=seed, seed=seed,
                      run_id=f"{'old' if workload else 'new'}-{abs(hash(method)) % 10**6}-{seed}")
-    part = judge.judge(anywhere("h"), True, str(tmp_path))["parts"][1]
+    out = judge.judge(anywhere("h"), True, str(tmp_path))
+    part = out["parts"][1]
     assert part["value"] == pytest.approx(0.0) and part["low"] == pytest.approx(0.0), part
+    # the old task's cells are no longer planned: counted apart, never offered to be run again
+    assert (out["cells_unplanned"], out["cells_stale"]) == ({name: 6}, {name: 0}) and "not read" not in part["why"]
 
 
 def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_read(tmp_path):
@@ -526,7 +529,8 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
     out = judge.judge(anywhere("d"), True, str(tmp_path))
     part = out["parts"][0]
     assert part["value"] is None and "no finished run of twobit" in part["why"], part
-    assert "2 finished cells of" in part["why"] and out["cells_not_read"] == {name: 2}, (part["why"], out)
+    assert "2 finished cells of" in part["why"] and out["cells_stale"] == {name: 2}, (part["why"], out)
+    assert out["cells_unplanned"] == {name: 0}
     for seed in (0, 1):                 # run again as the experiment now gives it
         cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,
              1_000_000, repeat=seed, seed=seed, run_id=f"again-{seed}")
@@ -537,6 +541,15 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
              1_000_000, repeat=seed, seed=7, run_id=f"shared-{seed}")
     part = judge.judge(anywhere("d"), True, str(tmp_path))["parts"][0]
     assert part["value"] is None and "share a seed" in part["why"], part
+    # the control's cells stale, the method's not: the control gate says the control was not measured,
+    # and why (planted: the note only where the part itself has no figure -> missing here)
+    for method, acc in (("none", 0.90), ("twobit:threshold=0.01", 0.85), (exp.control, 0.50)):
+        for seed in (0, 1):
+            cell(str(tmp_path / "control"), name, params_of("accuracy-mlp", compressor=method), [0.1] * 3, acc,
+                 1_000_000, repeat=seed, seed=seed, **({"steps": steps // 2} if method == exp.control else {}))
+    part = judge.judge(anywhere("d"), True, str(tmp_path / "control"))["parts"][0]
+    assert part["verdict"] == INCONCLUSIVE and "positive control" in part["why"], part
+    assert "2 finished cells of" in part["why"], part["why"]
 
 
 @pytest.mark.parametrize("setting, other", [("steps", 7), ("lr", 0.123), ("eval_every", 13), ("bucket_cap_mb", 0.5),
@@ -550,8 +563,8 @@ def test_each_setting_an_experiment_gives_its_cells_decides_whether_a_cell_is_re
     for seed in (0, 1):
         cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="none"), [0.1] * 3, 0.9, 1_000_000,
              repeat=seed, seed=seed, **({setting: other} if seed else {}))
-    rows, unread = judge._rows(str(tmp_path), EXPERIMENTS["accuracy-mlp"], True)
-    assert [r.repeat for r in rows] == [0] and [r.repeat for r in unread] == [1]
+    read = judge._rows(str(tmp_path), EXPERIMENTS["accuracy-mlp"], True)
+    assert [r.repeat for r in read.rows] == [0] and [r.repeat for r in read.stale] == [1] and not read.unplanned
 
 
 def test_a_repeat_run_is_read_with_its_own_count_of_repeats(tmp_path):
@@ -562,8 +575,8 @@ def test_a_repeat_run_is_read_with_its_own_count_of_repeats(tmp_path):
     for seed in range(5):
         cell(str(tmp_path), judge._sweep(exp, True, 5), params_of("accuracy-mlp", compressor="none"), [0.1] * 3, 0.9,
              1_000_000, repeat=seed, seed=seed)
-    rows, unread = judge._rows(str(tmp_path), exp, True, repeat=5)
-    assert sorted(r.repeat for r in rows) == [0, 1, 2, 3, 4] and not unread
+    read = judge._rows(str(tmp_path), exp, True, repeat=5)
+    assert sorted(r.repeat for r in read.rows) == [0, 1, 2, 3, 4] and not read.stale and not read.unplanned
 
 
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):

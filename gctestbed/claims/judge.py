@@ -63,17 +63,18 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
     """The claim's verdict and every part's measurement, from the store alone. A part measured
     outside its source's conditions is out of scope here, with the reasons; an accuracy part of an
     experiment whose positive control did not lose beyond the part's margin is inconclusive."""
-    rows_of: dict[str, list[cells.Row]] = {}
-    unread_of: dict[str, list[cells.Row]] = {}
+    read_of: dict[str, Read] = {}
     parts, devices = [], {}
     for part in claim.parts:
         exp = EXPERIMENTS[part.experiment]
         name = _sweep(exp, quick, repeat)
-        if name not in rows_of:
-            rows_of[name], unread_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
-        rows, unread = rows_of[name], unread_of[name]
+        if name not in read_of:
+            read_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
+        read = read_of[name]
+        rows = read.rows
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
-        made = rows or unread                   # as the runs were made (cells not read were made there too)
+        # as the runs were made: the cells read, else the stale ones (made on the same nodes)
+        made = read.rows or read.stale
         dev = devices[part.experiment] = _device_of(made) if made else (device or "cpu")
         outside = _outside(claim, part, quick, dev)
         entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
@@ -86,16 +87,15 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             continue
         m = part.figure(rows, ctx)
         verdict, why = part.region.judge(m), m.why
-        if m.value is None and unread:
-            why += (f"; {len(unread)} finished cells of {name} were not read: the experiment no longer plans them or "
-                    "gives them other settings (steps, learning rate, ...), and `claims run` runs them again")
+        if m.value is None:
+            why += read.note(name)
         if ctx.counted:          # (a figure that read no bytes reads the same on either count)
             verdict, why, m = _both_counts(part, rows, ctx, m, verdict, why)
         if margin(part) and exp.control and m.value is not None and m.detail.get("method") != exp.control:
             # (a part that measures the control itself is the control's own evidence, judged as it is)
             too_easy = control_too_easy(rows, exp.control, margin(part))
             if too_easy:
-                verdict, why = INCONCLUSIVE, too_easy
+                verdict, why = INCONCLUSIVE, too_easy + read.note(name)
         parts.append({**entry, "value": m.value, "low": m.low, "high": m.high, "verdict": verdict, "why": why,
                       "detail": m.detail})
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
@@ -104,8 +104,9 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "toy": quick or any(EXPERIMENTS[p.experiment].setup(quick).toy for p in claim.parts), "baseline": baseline, "parts": parts, "results_dir": results_dir,
             "source_conditions": claim.conditions.describe(), "caveat": claim.conditions.caveat,
             "conditions_here": {e: _here(e, quick, d).describe() for e, d in devices.items()},
-            "cells": {name: len(rows) for name, rows in rows_of.items()},
-            "cells_not_read": {name: len(unread) for name, unread in unread_of.items()}, "judged_at": time.time()}
+            "cells": {name: len(r.rows) for name, r in read_of.items()},
+            "cells_stale": {name: len(r.stale) for name, r in read_of.items()},
+            "cells_unplanned": {name: len(r.unplanned) for name, r in read_of.items()}, "judged_at": time.time()}
 
 
 def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measure, verdict: str, why: str):
@@ -136,12 +137,14 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        rows, _ = _rows(results_dir, exp, quick, repeat)
-        if not exp.control or not rows:
+        read = _rows(results_dir, exp, quick, repeat)
+        if not exp.control or not (read.rows or read.stale):
             continue
-        m = F.accuracy_delta(rows, exp.control, "none")
+        m = F.accuracy_delta(read.rows, exp.control, "none")
+        loses = not control_too_easy(read.rows, exp.control, 1.0)
         out.append({"experiment": exp.name, "control": exp.control, "value": m.value, "low": m.low, "high": m.high,
-                    "n": m.detail.get("n"), "loses": not control_too_easy(rows, exp.control, 1.0), "why": m.why})
+                    "n": m.detail.get("n"), "loses": loses,
+                    "why": m.why + ("" if loses else read.note(_sweep(exp, quick, repeat)))})
     return out
 
 
@@ -198,26 +201,48 @@ def _grid(exp, quick: bool, results_dir: str, repeat: int | None = None, baselin
 JUDGED = tuple(s for s in sweep.SETTINGS if s not in ("seed", "device"))
 
 
-def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None,
-          baseline: str = "none") -> tuple[list[cells.Row], list[cells.Row]]:
-    """The experiment's finished cells as it now stands, and those not read: of the cells its grid
-    plans, those run with the steps, learning rate, evaluation interval, bucket cap, CPUs and
-    dilation it now gives them (``JUDGED``). Cells an older version of it left under the same sweep
-    name (another task, fewer steps) are never read beside the new ones; a resumed ``claims run``
-    replaces them. None when it has not run (its parts are then inconclusive)."""
+@dataclasses.dataclass
+class Read:
+    """An experiment's finished cells: those the judge reads, the stale ones (cells it plans,
+    finished with other settings: a resumed ``claims run`` runs them again), and the rest (cells
+    it no longer plans, left by an older version of it: never read, never run again)."""
+
+    rows: list[cells.Row] = dataclasses.field(default_factory=list)
+    stale: list[cells.Row] = dataclasses.field(default_factory=list)
+    unplanned: list[cells.Row] = dataclasses.field(default_factory=list)
+
+    def note(self, name: str) -> str:
+        """What a part with no figure, or a control not clearly losing, should say of the stale cells."""
+        n = len(self.stale)
+        return (f"; {n} finished cell{'s' if n != 1 else ''} of {name} {'were' if n != 1 else 'was'} not read, run "
+                "with other settings (steps, learning rate, ...) than the experiment now gives: a resumed "
+                "`claims run` runs them again") if n else ""
+
+
+def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None, baseline: str = "none") -> Read:
+    """The experiment's finished cells as it now stands: of the cells its grid plans, those run
+    with the steps, learning rate, evaluation interval, bucket cap, CPUs and dilation it now gives
+    them (``JUDGED``) are read. Cells an older version of it left under the same sweep name
+    (another task, fewer steps) are never read beside the new ones. Nothing read when it has not
+    run (its parts are then inconclusive)."""
     name = _sweep(exp, quick, repeat)
     try:
         conn = results.connect(results_dir, create=False)
     except UserError:
-        return [], []
+        return Read()
     try:
         if name not in results.sweep_names(conn):
-            return [], []
-        kept = set(sweep.standing(sweep.plan(_grid(exp, quick, results_dir, repeat, baseline)), name, conn, JUDGED).values())
+            return Read()
+        planned = sweep.plan(_grid(exp, quick, results_dir, repeat, baseline))
+        kept = set(sweep.standing(planned, name, conn, JUDGED).values())
+        keys = {(c.key, c.repeat) for c in planned}
+        unplanned = {r["run_id"] for r in results.sweep_runs(conn, name) if (r["cell"], r["repeat"]) not in keys}
     finally:
         conn.close()
     try:
         rows = cells.load(results_dir, name)
     except UserError:                   # the sweep ran but no cell finished
-        return [], []
-    return [r for r in rows if r.run_id in kept], [r for r in rows if r.run_id not in kept]
+        return Read()
+    return Read([r for r in rows if r.run_id in kept],
+                [r for r in rows if r.run_id not in kept and r.run_id not in unplanned],
+                [r for r in rows if r.run_id in unplanned])
