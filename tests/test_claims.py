@@ -529,7 +529,7 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
     out = judge.judge(anywhere("d"), True, str(tmp_path))
     part = out["parts"][0]
     assert part["value"] is None and "no finished run of twobit" in part["why"], part
-    assert "2 finished cells of" in part["why"] and out["cells_stale"] == {name: 2}, (part["why"], out)
+    assert "has 2 finished cells not read" in part["why"] and out["cells_stale"] == {name: 2}, (part["why"], out)
     assert out["cells_unplanned"] == {name: 0}
     for seed in (0, 1):                 # run again as the experiment now gives it
         cell(str(tmp_path), name, params_of("accuracy-mlp", compressor="twobit:threshold=0.01"), [0.1] * 3, 0.85,
@@ -549,7 +549,13 @@ def test_cells_finished_with_settings_the_experiment_no_longer_gives_are_not_rea
                  1_000_000, repeat=seed, seed=seed, **({"steps": steps // 2} if method == exp.control else {}))
     part = judge.judge(anywhere("d"), True, str(tmp_path / "control"))["parts"][0]
     assert part["verdict"] == INCONCLUSIVE and "positive control" in part["why"], part
-    assert "2 finished cells of" in part["why"], part["why"]
+    assert "has 2 finished cells not read" in part["why"], part["why"]
+    # one stale cell is one, and an experiment whose cells are all stale keeps its control's line, saying why
+    cell(str(tmp_path / "one"), name, params_of("accuracy-mlp", compressor="none"), [0.1] * 3, 0.9, 1_000_000, steps=steps // 2)
+    assert "has 1 finished cell not read" in (w := judge.judge(anywhere("d"), True, str(tmp_path / "one"))["parts"][0]["why"]) \
+        and "runs it again" in w, w
+    [control] = judge.controls([anywhere("d")], True, str(tmp_path / "one"))
+    assert control["value"] is None and control["why"].startswith("no finished run") and "has 1 finished cell" in control["why"]
 
 
 @pytest.mark.parametrize("setting, other", [("steps", 7), ("lr", 0.123), ("eval_every", 13), ("bucket_cap_mb", 0.5),
@@ -847,7 +853,7 @@ def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path)
         cell(str(tmp_path / "stale"), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method),
              [0.1] * 12, device="cuda", steps=5)
     stale = judge.judge(claim, True, str(tmp_path / "stale"))
-    assert stale["verdict"] == INCONCLUSIVE and "were not read" in stale["parts"][0]["why"], stale["parts"][0]
+    assert stale["verdict"] == INCONCLUSIVE and "finished cells not read" in stale["parts"][0]["why"], stale["parts"][0]
 
 
 def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none(tmp_path, monkeypatch):
@@ -873,3 +879,19 @@ def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none
     def refuse(constant):
         raise ValueError(f"not JSON: {constant}")
     assert json.loads(page.to_json({"low": one.low, "high": one.high}), parse_constant=refuse) == {"low": None, "high": None}
+
+
+def test_the_controls_line_says_what_each_control_lost_and_why_one_was_not_judged():
+    """The sentence above the verdicts: a control that loses visibly, one that does not (with the
+    judge's note on stale cells, which only claims.json carried before), and one not measured."""
+    from gctestbed.claims import page
+    line = page.control_lines({"controls": [
+        {"experiment": "a", "control": "c", "value": -3.0, "low": -4.0, "high": -2.0, "n": 5, "loses": True, "why": ""},
+        {"experiment": "b", "control": "c", "value": -0.5, "low": -1.5, "high": 0.5, "n": 5, "loses": False,
+         "why": "x has 1 finished cell not read"},
+        {"experiment": "d", "control": "c", "value": None, "low": None, "high": None, "n": None, "loses": False,
+         "why": "no finished run of c"}]})
+    assert "a: c lost 3.00 points [2.00, 4.00] over 5 runs each (more than 1 point, its whole interval clear)" in line
+    assert "b: c lost 0.50 points [-0.50, 1.50] over 5 runs each (not clearly more than 1 point: its accuracy parts " \
+           "are inconclusive; x has 1 finished cell not read)" in line
+    assert "d: its control (c) was not measured: no finished run of c" in line

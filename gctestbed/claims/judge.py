@@ -73,8 +73,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
         read = read_of[name]
         rows = read.rows
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
-        # as the runs were made: the cells read, else the stale ones (made on the same nodes)
-        made = read.rows or read.stale
+        # as the runs were made: the cells read, else any other finished cell of the sweep
+        made = read.rows or read.stale or read.unplanned
         dev = devices[part.experiment] = _device_of(made) if made else (device or "cpu")
         outside = _outside(claim, part, quick, dev)
         entry = {"label": part.label, "experiment": part.experiment, "sweep": name, "unit": part.unit,
@@ -144,7 +144,7 @@ def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | N
         loses = not control_too_easy(read.rows, exp.control, 1.0)
         out.append({"experiment": exp.name, "control": exp.control, "value": m.value, "low": m.low, "high": m.high,
                     "n": m.detail.get("n"), "loses": loses,
-                    "why": m.why + ("" if loses else read.note(_sweep(exp, quick, repeat)))})
+                    "why": (m.why + ("" if loses else read.note(_sweep(exp, quick, repeat)))).removeprefix("; ")})
     return out
 
 
@@ -205,18 +205,20 @@ JUDGED = tuple(s for s in sweep.SETTINGS if s not in ("seed", "device"))
 class Read:
     """An experiment's finished cells: those the judge reads, the stale ones (cells it plans,
     finished with other settings: a resumed ``claims run`` runs them again), and the rest (cells
-    it no longer plans, left by an older version of it: never read, never run again)."""
+    this judging does not plan: an older version's, or another ``--baseline``'s; not read here)."""
 
     rows: list[cells.Row] = dataclasses.field(default_factory=list)
     stale: list[cells.Row] = dataclasses.field(default_factory=list)
     unplanned: list[cells.Row] = dataclasses.field(default_factory=list)
 
     def note(self, name: str) -> str:
-        """What a part with no figure, or a control not clearly losing, should say of the stale cells."""
+        """What a part with no figure, or a control not clearly losing, says of the experiment's
+        stale cells (whichever methods they are: they may or may not be the ones it lacks)."""
         n = len(self.stale)
-        return (f"; {n} finished cell{'s' if n != 1 else ''} of {name} {'were' if n != 1 else 'was'} not read, run "
-                "with other settings (steps, learning rate, ...) than the experiment now gives: a resumed "
-                "`claims run` runs them again") if n else ""
+        one = n == 1
+        return (f"; {name} has {n} finished cell{'' if one else 's'} not read, run with other settings (steps, "
+                f"learning rate, ...) than the experiment now gives: a resumed `claims run` runs "
+                f"{'it' if one else 'them'} again") if n else ""
 
 
 def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None, baseline: str = "none") -> Read:

@@ -108,7 +108,8 @@ def control_lines(report: dict) -> str:
             said.append(f"{c['experiment']}: its control ({c['control']}) was not measured: {c['why']}")
             continue
         how = ("more than 1 point, its whole interval clear" if c["loses"]
-               else "not clearly more than 1 point: its accuracy parts are inconclusive")
+               else "not clearly more than 1 point: its accuracy parts are inconclusive"
+               + (f"; {c['why']}" if c.get("why") else ""))
         said.append(f"{c['experiment']}: {c['control']} lost {-c['value']:.2f} points [{-c['high']:.2f}, "
                     f"{-c['low']:.2f}] over {c['n'] or '?'} run{'s' if c['n'] != 1 else ''} each ({how})")
     return ("Positive controls (a method that must lose, against none): " + "; ".join(said) + ".") if said else ""
