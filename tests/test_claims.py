@@ -895,3 +895,19 @@ def test_the_controls_line_says_what_each_control_lost_and_why_one_was_not_judge
     assert "b: c lost 0.50 points [-0.50, 1.50] over 5 runs each (not clearly more than 1 point: its accuracy parts " \
            "are inconclusive; x has 1 finished cell not read)" in line
     assert "d: its control (c) was not measured: no finished run of c" in line
+
+
+def test_judging_every_claim_reads_each_experiment_once_and_judges_as_one_by_one(tmp_path, monkeypatch):
+    """Several claims read one experiment (here two versions of d and the controls line all read the
+    MLP's): a report reads each sweep's cells once, and its verdicts are those of judging each claim
+    alone (planted: no sharing -> the MLP's cells read three times)."""
+    judge_d(tmp_path, 0.90, 0.85, 1_000_000)
+    alone = [judge.judge(c, True, str(tmp_path)) for c in (catalog.BY_ID["d"], anywhere("d"))]
+    read = []
+    real = judge._rows
+    monkeypatch.setattr(judge, "_rows", lambda *a, **k: read.append(a[1].name) or real(*a, **k))
+    together, controls = judge.judge_all([catalog.BY_ID["d"], anywhere("d")], True, str(tmp_path))
+    assert read == ["accuracy-mlp"], read
+    strip = [{k: v for k, v in r.items() if k != "judged_at"} for r in alone]
+    assert [{k: v for k, v in r.items() if k != "judged_at"} for r in together] == strip
+    assert controls == judge.controls([catalog.BY_ID["d"]], True, str(tmp_path))

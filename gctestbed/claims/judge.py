@@ -58,18 +58,30 @@ def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None =
         sweep.run(grid, sweep_name, left, on_start=lambda cell: on_cell(sweep_name, cell))
 
 
+def judge_all(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
+              device: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Every claim's judgement (``judge``) and the experiments' positive controls (``controls``),
+    each experiment's cells read from the store once: several claims read one experiment, and a
+    full tier's cells take a minute or more to summarise."""
+    reads: dict[tuple[str, str], Read] = {}
+    return ([judge(c, quick, results_dir, repeat, baseline, device, reads) for c in claims],
+            controls(claims, quick, results_dir, repeat, reads))
+
+
 def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
-          device: str | None = None) -> dict:
+          device: str | None = None, reads: dict[tuple[str, str], Read] | None = None) -> dict:
     """The claim's verdict and every part's measurement, from the store alone. A part measured
     outside its source's conditions is out of scope here, with the reasons; an accuracy part of an
-    experiment whose positive control did not lose beyond the part's margin is inconclusive."""
+    experiment whose positive control did not lose beyond the part's margin is inconclusive.
+    ``reads``: the experiments' cells already read from this store (``judge_all`` shares them)."""
     read_of: dict[str, Read] = {}
+    reads = {} if reads is None else reads
     parts, devices = [], {}
     for part in claim.parts:
         exp = EXPERIMENTS[part.experiment]
         name = _sweep(exp, quick, repeat)
         if name not in read_of:
-            read_of[name] = _rows(results_dir, exp, quick, repeat, baseline)
+            read_of[name] = _read(reads, results_dir, exp, quick, repeat, baseline)
         read = read_of[name]
         rows = read.rows
         ctx = Context(lambda text, exp=exp: exp.fill(quick, text), baseline)
@@ -130,14 +142,15 @@ def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measur
     return verdict, why, dataclasses.replace(wire, detail=detail)
 
 
-def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None) -> list[dict]:
+def controls(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None,
+             reads: dict[tuple[str, str], Read] | None = None) -> list[dict]:
     """The positive control of each accuracy experiment the claims read, as measured: its accuracy
     against none, with the interval, n, and whether it lost more than one point, its whole
     interval clear (a part with a wider margin asks more of it: judge's gate); experiments that
     have not run are left out."""
     out = []
     for exp in (EXPERIMENTS[e] for e in dict.fromkeys(p.experiment for c in claims for p in c.parts)):
-        read = _rows(results_dir, exp, quick, repeat)
+        read = _read({} if reads is None else reads, results_dir, exp, quick, repeat)
         if not exp.control or not (read.rows or read.stale):
             continue
         m = F.accuracy_delta(read.rows, exp.control, "none")
@@ -219,6 +232,15 @@ class Read:
         return (f"; {name} has {n} finished cell{'' if one else 's'} not read, run with other settings (steps, "
                 f"learning rate, ...) than the experiment now gives: a resumed `claims run` runs "
                 f"{'it' if one else 'them'} again") if n else ""
+
+
+def _read(reads: dict[tuple[str, str], Read], results_dir: str, exp, quick: bool, repeat: int | None = None,
+          baseline: str = "none") -> Read:
+    """``_rows``, once per sweep and baseline in ``reads``."""
+    key = (_sweep(exp, quick, repeat), baseline)
+    if key not in reads:
+        reads[key] = _rows(results_dir, exp, quick, repeat, baseline)
+    return reads[key]
 
 
 def _rows(results_dir: str, exp, quick: bool, repeat: int | None = None, baseline: str = "none") -> Read:
