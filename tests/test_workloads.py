@@ -277,6 +277,9 @@ def test_noised_digits_add_the_stated_pixel_noise_fixed_on_the_held_out_ones():
     clean_held, clean_y = images.held_out(plain, 5)
     assert torch.equal(held_y, clean_y) and float((held - clean_held).abs().mean()) > 0.5
     assert not torch.equal(images.held_out(o, 6)[0], held)                       # each run's seed its own draw
+    # the draw the stores made before held_out stopped noising the training set to reach it (the claims'
+    # full tier among them): after the training set's noise, as digits() draws both (planted: not skipped)
+    assert torch.equal(held, images.digits(32, 2.0, torch.Generator().manual_seed(5 * 1_000_003 + 999_983))[1][0])
     with pytest.raises(ValueError, match="pixel_noise is for data=digits"):
         images.VisionOptions(image=32, classes=10, pixel_noise=1.0)
     from gctestbed import workloads

@@ -159,8 +159,11 @@ def held_out(o: VisionOptions, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The images every rank evaluates on: the held-out digits (with one draw of their noise, fixed
     by the run's seed), or synthetic samples from a stream no rank trains on."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
-    if o.data == "digits":      # the training set's noise is drawn first, as it always was: the held-out draw stays
-        return digits(o.image, o.pixel_noise, g)[1]
+    if o.data == "digits":
+        train, held = _split()
+        if o.pixel_noise:       # the training set's noise is drawn first, as it always was: the held-out draw stays
+            torch.randn((len(train), *_digits_raw()[0].shape[1:]), generator=g)
+        return digit_images(held, o.image, o.pixel_noise, g)
     return _synthetic(_templates(o, seed), o, g, EVAL_SAMPLES)
 
 
