@@ -22,17 +22,17 @@ from .recorder import Recorder
 from .store import (BUSY_TIMEOUT_S, CALIBRATION_FIELDS, DB_NAME, EXCHANGE_FIELDS, MIN_FREE_BYTES, RANK_TABLES,
                     RUN_TABLES, SCHEMA, SCHEMA_VERSION, SERVER_STEP_FIELDS, STEP_FIELDS, StoreError, cell_status,
                     check_writable, connect, copy_run, curve, db_path, evaluations, exchanges_of, export_rank,
-                    find_run, has_calibration, import_rows, spec_of, last_step, latest_run_since, layouts_of, list_runs,
-                    losses, mark_cell, node_rows, ok_run_ids, phases, ranks_of, run_status, step_rows, steps_per_rank, store_error, sweep_names,
+                    find_run, has_calibration, import_rows, last_step, latest_run_since, layouts_of, list_runs,
+                    losses, mark_cell, node_rows, ok_run_ids, phases, ranks_of, run_status, spec_of, step_rows, steps_per_rank, store_error, sweep_names,
                     sweep_runs)
 from .summary import RunSummary, contract_check, emulated, emulated_s, fault_effect, summarize
 
 __all__ = ["BUSY_TIMEOUT_S", "CALIBRATION_FIELDS", "DB_NAME", "EXCHANGE_FIELDS", "MIN_FREE_BYTES", "RANK_TABLES",
            "RUN_TABLES", "SCHEMA", "SCHEMA_VERSION", "SERVER_STEP_FIELDS", "STEP_FIELDS", "Recorder", "RunSummary",
            "StoreError", "cell_status", "check_writable", "connect", "contract_check", "copy_run", "curve", "db_path",
-           "emulated", "emulated_s", "evaluations", "exchanges_of", "export_rank", "fault_effect", "find_run", "has_calibration", "import_rows", "spec_of",
+           "emulated", "emulated_s", "evaluations", "exchanges_of", "export_rank", "fault_effect", "find_run", "has_calibration", "import_rows",
            "last_step", "latest_run_since", "layouts_of", "list_runs", "losses", "mark_cell", "node_rows", "ok_run_ids", "phases",
-           "ranks_of", "run_status", "step_rows", "steps_per_rank", "store", "store_error", "summarize", "sweep_names", "sweep_runs"]
+           "ranks_of", "run_status", "spec_of", "step_rows", "steps_per_rank", "store", "store_error", "summarize", "sweep_names", "sweep_runs"]
 
 _TUNABLES = ("BUSY_TIMEOUT_S", "MIN_FREE_BYTES")     # read by results.store when it opens a store
 
