@@ -911,3 +911,15 @@ def test_judging_every_claim_reads_each_experiment_once_and_judges_as_one_by_one
     strip = [{k: v for k, v in r.items() if k != "judged_at"} for r in alone]
     assert [{k: v for k, v in r.items() if k != "judged_at"} for r in together] == strip
     assert controls == judge.controls([catalog.BY_ID["d"]], True, str(tmp_path))
+
+
+def test_a_composite_figure_counts_the_runs_of_its_thinner_side():
+    """A gain (one difference against none minus another) or a ratio of two ratios shows n: the fewer
+    runs of its two figures (by hand: 5 and 3 -> 3), none where either side does not say (planted: no n,
+    the page's n column left blank for f's gains, j's ratio, t's growth and w)."""
+    from gctestbed.claims import figures
+    five, three = Measure(2.0, 1.0, 3.0, detail={"n": 5}), Measure(0.5, 0.25, 1.0, detail={"n": 3})
+    d, r = figures.difference(five, three), figures.ratio_of(five, three)
+    assert (d.value, d.low, d.high, d.detail["n"]) == (1.5, 0.0, 2.75, 3)
+    assert (r.value, r.low, r.high, r.detail["n"]) == (4.0, 1.0, 12.0, 3)
+    assert "n" not in figures.difference(five, Measure(0.5, 0.25, 1.0)).detail

@@ -98,7 +98,7 @@ def ratio_of(a: Measure, b: Measure, label: str = "") -> Measure:
     if a.value is None or b.value is None:
         return Measure.missing(a.why or b.why)
     return Measure(a.value / b.value, _over(a.low, b.high), _over(a.high, b.low),
-                   detail={"numerator": a.detail, "denominator": b.detail})
+                   detail={"numerator": a.detail, "denominator": b.detail, **_fewer(a, b)})
 
 
 def _over(x: float, y: float) -> float:
@@ -111,7 +111,14 @@ def _over(x: float, y: float) -> float:
 def difference(a: Measure, b: Measure) -> Measure:
     if a.value is None or b.value is None:
         return Measure.missing(a.why or b.why)
-    return Measure(a.value - b.value, a.low - b.high, a.high - b.low, detail={"minuend": a.detail, "subtrahend": b.detail})
+    return Measure(a.value - b.value, a.low - b.high, a.high - b.low,
+                   detail={"minuend": a.detail, "subtrahend": b.detail, **_fewer(a, b)})
+
+
+def _fewer(a: Measure, b: Measure) -> dict:
+    """A composite's n: the fewer runs of its two figures' (none where either does not say)."""
+    ns = [m.detail.get("n") for m in (a, b)]
+    return {"n": min(ns)} if all(isinstance(n, int) for n in ns) else {}
 
 
 def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Measure:

@@ -61,8 +61,8 @@ def run(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None =
 def judge_all(claims: list[Claim], quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
               device: str | None = None) -> tuple[list[dict], list[dict]]:
     """Every claim's judgement (``judge``) and the experiments' positive controls (``controls``),
-    each experiment's cells read from the store once: several claims read one experiment, and a
-    full tier's cells take a minute or more to summarise."""
+    each experiment's cells read from the store once per baseline (the controls are against none):
+    several claims read one experiment, and a full tier's cells take a minute or more to summarise."""
     reads: dict[tuple[str, str], Read] = {}
     return ([judge(c, quick, results_dir, repeat, baseline, device, reads) for c in claims],
             controls(claims, quick, results_dir, repeat, reads))
