@@ -28,7 +28,8 @@ from . import results, tracefile
 from .spec import RunSpec, UserError
 from .tracefile import FORMAT, VERSION, load as load_trace
 
-STEP_TIMES = ("step_s", "compute_s", "forward_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s")
+STEP_TIMES = ("step_s", "compute_s", "forward_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s", "optim_cpu_s")
+BUCKET_CPU_TIMES = ("ready_cpu_s", "encode_cpu_s", "decode_cpu_s")   # null where not recorded (a GPU; before schema 18)
 
 
 def untraceable(spec: RunSpec) -> str | None:
@@ -78,7 +79,7 @@ def extract(conn: sqlite3.Connection, run_id: str, host_time: bool = False) -> d
                     "gather_calls": e["gather_calls"], "reduce_bytes": e["payload_bytes"] - e["gather_bytes"],
                     "gather_bytes": e["gather_bytes"], "ready_s": e["ready_s"], "encode_s": e["encode_s"],
                     "decode_s": e["decode_s"], "start_s": e["start_s"], "done_s": e["done_s"],
-                    "payloads": e["payloads"]} for e in by_step.get((row["rank"], row["step"]), [])]
+                    **{k: e[k] for k in BUCKET_CPU_TIMES}, "payloads": e["payloads"]} for e in by_step.get((row["rank"], row["step"]), [])]
         ranks.setdefault(row["rank"], []).append(
             {"step": row["step"], "t": row["t"], **{k: row[k] for k in STEP_TIMES}, "buckets": buckets})
     first = layouts.get((0, 0))
@@ -181,7 +182,7 @@ def _merge_times(b: dict, same: list[dict]) -> None:
     """``b``'s times, the medians over ``same`` (one bucket in each run): its ready time, encode and
     decode, and its start and end rebuilt from the medians of the wait before encoding and of the
     collective between encoding and decoding (medians of sums are not sums of medians)."""
-    for key in ("ready_s", "encode_s", "decode_s"):
+    for key in ("ready_s", "encode_s", "decode_s", *BUCKET_CPU_TIMES):
         b[key] = _median_or_none([x.get(key) for x in same])
     wait = _median_or_none([None if x.get("start_s") is None else x["start_s"] - x["ready_s"] for x in same])
     spans = [None if None in (x.get("done_s"), x.get("start_s"), x.get("encode_s"), x.get("decode_s"))

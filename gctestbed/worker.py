@@ -32,7 +32,7 @@ from .compress import hook, recorded
 from . import results
 from .results import Recorder
 from .spec import RunSpec
-from .timing import Laps
+from .timing import Laps, thread_cpu
 
 
 GATHER_ENV = "GCTESTBED_GATHER"     # set by 'gctestbed node': each host has its own store
@@ -191,6 +191,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
             sys.exit(exchange_failed(e, rank, step))
         sync()
         exchange_s = laps.lap()
+        optim_cpu = thread_cpu() if device.type == "cpu" else None     # what the update took of this thread's CPU
         if not work.optimizer:           # (a replay's recorded optimizer time holds the clipping's)
             optimizers.clip(model.parameters(), spec.optimizer_options, compressor.clips_locally)
         optimizer.step()
@@ -199,6 +200,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         optimizer.zero_grad(set_to_none=not serial)     # serial: grads stay views of the buckets
         sync()
         optim_s = laps.lap()
+        optim_cpu_s = None if optim_cpu is None else thread_cpu() - optim_cpu
         stats = comm.take_step_stats()
         if work.step_stats:              # what the workload measured of its own step (a replay: how late)
             stats.update(work.step_stats())
@@ -207,7 +209,7 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
                 stats[key] = stats.get(key, 0) + value
         tx, rx = window.take()
         recorder.step(rank, step, step_s=compute_s + exchange_s + optim_s + stats.get("sync_s", 0.0),
-                      compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, loss=loss.item(), tx_bytes=tx, rx_bytes=rx,
+                      compute_s=compute_s, forward_s=forward_s, optim_s=optim_s, optim_cpu_s=optim_cpu_s, loss=loss.item(), tx_bytes=tx, rx_bytes=rx,
                       **stats)
         if spec.eval_every and (step + 1) % spec.eval_every == 0 and step + 1 < spec.steps:
             evaluate(work, model.module, device, recorder if rank == 0 else None, step + 1)

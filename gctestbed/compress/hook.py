@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..timing import Moment, Span, now, seconds
+from ..timing import Moment, Span, cpu_seconds, now, seconds, thread_cpu
 from . import collectives
 from ..spec import DENSE_FLOOR
 from .base import Bucket, Compressor, Payload
@@ -101,7 +101,9 @@ class HookState:
         self._comm_busy: list[Span] = []              # each collective round, launch to completion
         self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
         self._step_start: float | None = None         # the step's first forward (HookState.started)
+        self._step_thread: tuple[int, float] | None = None  # ... its thread and that thread's CPU seconds then
         self._ready: dict[int, float] = {}            # bucket index -> when the hook got it this step
+        self._ready_cpu: dict[int, float] = {}        # ... and the CPU seconds backward's thread had spent since
         self._new_layouts: list[dict[str, Any]] = []
 
     def take_step_stats(self) -> dict[str, Any]:
@@ -112,6 +114,7 @@ class HookState:
         with self._lock:
             exchanges = self._exchanges
             for ex in exchanges:
+                ex["encode_cpu_s"], ex["decode_cpu_s"] = (cpu_seconds(ex[k]) for k in ("encode_s", "decode_s"))
                 ex["encode_s"], ex["decode_s"] = (None if ex[k] is None else seconds(ex[k]) for k in ("encode_s", "decode_s"))
             stats = {**{key: seconds(parts) for key, parts in self._stats.items()},
                      **{key: sum(ex[key] for ex in exchanges) for key in ROUND_FIELDS},
@@ -137,15 +140,24 @@ class HookState:
             future.wait()
 
     def started(self, at: float) -> None:
-        """The step's first forward began (later forwards of the step, micro-batches, change nothing)."""
+        """The step's first forward began (later forwards of the step, micro-batches, change nothing).
+        Called on the thread that runs forward (and, on a CPU, backward)."""
         with self._lock:
             if self._step_start is None:
                 self._step_start = at
+                cpu = thread_cpu() if self.device is None else None
+                self._step_thread = None if cpu is None else (threading.get_ident(), cpu)
 
     def ready(self, ctx: Bucket, at: float) -> None:
-        """DDP handed bucket ``ctx`` to the hook at ``at``."""
+        """DDP handed bucket ``ctx`` to the hook at ``at``; on the thread that runs backward, which on
+        a CPU is forward's, whose CPU seconds since the step began are then backward's work and
+        forward's (a replay spins them: workloads/replay.py)."""
         with self._lock:
             self._ready[ctx.key] = at
+            mine = self._step_thread
+            cpu = thread_cpu() if mine is not None and mine[0] == threading.get_ident() else None
+            if cpu is not None:
+                self._ready_cpu[ctx.key] = cpu - mine[1]
 
     def moment(self) -> Moment:
         """Now, with a CUDA event where the buckets are on a GPU (see timing.Moment)."""
@@ -162,6 +174,7 @@ class HookState:
         layout = tuple((name, tuple(shape)) for name, shape in zip(ctx.ids, ctx.shapes))
         with self._lock:
             ready = self._ready.pop(ctx.key, None)
+            ready_cpu = self._ready_cpu.pop(ctx.key, None)
             since = self._step_start
             if layout not in self._layouts:
                 self._layouts[layout] = len(self._layouts)
@@ -171,7 +184,8 @@ class HookState:
                 "seq": len(self._exchanges), "bucket": ctx.key, "layout": self._layouts[layout], "numel": numel,
                 "sent": sent, "rounds": sum(1 for r in rounds if r["reduce_calls"] or r["gather_calls"]),
                 **{key: sum(r[key] for r in rounds) for key in ROUND_FIELDS},
-                "ready_s": _since(ready, since), "start_s": _since(started, since), "done_s": _since(done, since),
+                "ready_s": _since(ready, since), "ready_cpu_s": ready_cpu,
+                "start_s": _since(started, since), "done_s": _since(done, since),
                 "encode_s": encode_s, "decode_s": decode_s, "payloads": [r["wire"] for r in rounds]})
 
     def count(self, **add) -> None:

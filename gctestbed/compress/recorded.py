@@ -87,14 +87,15 @@ class RecordedCodec(Compressor):
     (step, DDP's bucket index) to the recorded rank's bucket record (gctestbed.trace's fields)."""
 
     def __init__(self, method: Compressor, buckets: dict[tuple[int, int], dict[str, Any]], scale: float = 1.0,
-                 spin: bool = False, recorded_world: int | None = None,
+                 spin: bool = False, cpu: bool = False, recorded_world: int | None = None,
                  shapes: dict[int, list[list[int]]] | None = None, world: int | None = None):
         self.method = method
         self.options = method.options
         for attr in DESCRIBES:
             setattr(self, attr, getattr(method, attr))
         self.buckets, self.scale, self.recorded_world = buckets, scale, recorded_world
-        self.waiter = Waiter(spin)
+        self.waiter = Waiter(spin, cpu)        # cpu: the recorded thread CPU seconds are what it spins
+        self.encode_key, self.decode_key = ("encode_cpu_s", "decode_cpu_s") if cpu else ("encode_s", "decode_s")
         self._peer_scales: dict[tuple, float] = {}
         if shapes and world:                    # timed now, before the first step, not inside one
             for (step, key), record in buckets.items():
@@ -114,7 +115,7 @@ class RecordedCodec(Compressor):
         if record["numel"] != grad.numel():
             raise RuntimeError(f"step {bucket.step} bucket {bucket.key} holds {grad.numel()} elements, the trace's "
                                f"{record['numel']}: the replay formed buckets the recorded run did not")
-        self.waiter.wait(self.scale * (record.get("encode_s") or 0.0))
+        self.waiter.wait(self.scale * (record.get(self.encode_key) or 0.0))
         rounds = rounds_of(record)
         return self._payload(rounds, 0, grad, record, bucket.world)
 
@@ -128,7 +129,7 @@ class RecordedCodec(Compressor):
         """One round's decode wait: the recorded decode time spread over the rounds, × how much
         longer the method's decode of this bucket takes with this run's peers than with the
         recorded ones (1 where nothing is gathered or the node count is the recorded one)."""
-        return (self.scale * (record.get("decode_s") or 0.0) / max(1, len(rounds_of(record)))
+        return (self.scale * (record.get(self.decode_key) or 0.0) / max(1, len(rounds_of(record)))
                 * self.peer_scale(record, bucket))
 
     def peer_scale(self, record: dict[str, Any], bucket: Bucket) -> float:

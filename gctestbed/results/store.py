@@ -19,10 +19,11 @@ from typing import Any, Iterable, Iterator
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
-               "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s", "forward_s")
+               "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s", "forward_s",
+               "optim_cpu_s")
 SERVER_STEP_FIELDS = ("sum_s", "wait_s", "send_s", "messages", "push_bytes", "pull_bytes", "tx_bytes", "rx_bytes")
 
 SCHEMA = """
@@ -88,6 +89,7 @@ CREATE TABLE IF NOT EXISTS steps (
     sync_s        REAL,          -- local SGD, DiLoCo: averaging the model after the optimizer step
     behind_s      REAL,          -- a replay: how far its latest hand-over of a gradient came past the recorded moment
     forward_s     REAL,          -- the step's forward passes, each from the module's forward to its loss (part of compute_s)
+    optim_cpu_s   REAL,          -- the CPU seconds optim_s's thread spent (a CPU node at one intra-op thread; else NULL)
     PRIMARY KEY (run_id, rank, step)
 );
 CREATE TABLE IF NOT EXISTS server_steps (  -- a parameter server's share of each step
@@ -125,6 +127,10 @@ CREATE TABLE IF NOT EXISTS exchanges (     -- every bucket a rank exchanged in a
     decode_s      REAL,                      -- its decoding
     start_s       REAL,                      -- when its encoding began, from the step's first forward
     done_s        REAL,                      -- when its decoded result was in the bucket, on that clock
+    ready_cpu_s   REAL,                      -- the CPU seconds backward's thread spent from the step's first
+    --                                            forward to ready_s (a CPU node at one intra-op thread; else NULL)
+    encode_cpu_s  REAL,                      -- the CPU seconds encode_s's thread spent (the same; else NULL)
+    decode_cpu_s  REAL,                      -- the CPU seconds decode_s's thread spent (the same; else NULL)
     payloads      TEXT,                      -- JSON, per round: {"reduce": [[dtype, numel], ...], "gather": [...]}
     PRIMARY KEY (run_id, rank, step, seq)
 );
@@ -172,7 +178,8 @@ CREATE TABLE IF NOT EXISTS sweep_cells (
 """
 EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce_calls", "gather_calls", "payload_bytes",
                    "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s", "start_s", "done_s",
-                   "payloads")
+                   "payloads", "ready_cpu_s", "encode_cpu_s", "decode_cpu_s")
+CPU_TIMES = ("ready_cpu_s", "encode_cpu_s", "decode_cpu_s")     # NULL where a node cannot tell them (a GPU)
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
                       "rtt_idle_s", "rtt_loaded_s", "miss")
 
@@ -296,7 +303,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("exchanges", "encode_s", "REAL"), ("exchanges", "decode_s", "REAL"),
                                 ("exchanges", "start_s", "REAL"), ("exchanges", "done_s", "REAL"),
                                 ("exchanges", "payloads", "TEXT"), ("steps", "behind_s", "REAL"),
-                                ("steps", "forward_s", "REAL"), ("nodes", "buffers", "TEXT")):
+                                ("steps", "forward_s", "REAL"), ("nodes", "buffers", "TEXT"),
+                                ("steps", "optim_cpu_s", "REAL"), ("exchanges", "ready_cpu_s", "REAL"),
+                                ("exchanges", "encode_cpu_s", "REAL"), ("exchanges", "decode_cpu_s", "REAL")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -375,7 +384,8 @@ def insert_step(conn: sqlite3.Connection, run_id: str, rank: int, step: int, t: 
                      [(run_id, rank, lay["layout"], json.dumps(lay["params"])) for lay in layouts])
     conn.executemany(f"INSERT INTO exchanges (run_id, rank, step, {', '.join(EXCHANGE_FIELDS)}) "
                      f"VALUES (?, ?, ?, {', '.join('?' * len(EXCHANGE_FIELDS))})",
-                     [(run_id, rank, step, *(_column(k, ex[k]) for k in EXCHANGE_FIELDS)) for ex in exchanges])
+                     [(run_id, rank, step, *(_column(k, ex.get(k) if k in CPU_TIMES else ex[k]) for k in EXCHANGE_FIELDS))
+                      for ex in exchanges])
 
 
 JSON_COLUMNS = ("payloads",)      # exchanges' columns stored as JSON text (exchanges_of reads them back)

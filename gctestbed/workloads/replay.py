@@ -6,7 +6,10 @@ parameter's gradient to DDP at the time the recorded run's hook got that paramet
 counted from the step's first forward, so DDP releases each bucket when the recorded run did and
 the exchange overlaps backward as it did there. Waiting is ``sleep`` (the host's CPU stays free
 for communication, as a GPU's compute leaves it) or ``spin`` (small matrix products until the
-time comes, so compute contends with communication for the CPU as a CPU run's did). Rank r
+time comes, so compute contends with communication for the CPU as a CPU run's did). A spin counts
+the recorded thread CPU seconds where the trace has them (``clock=cpu``): the wall time they take
+is then this replay's, stretched by what its communication threads take of the cores, as the
+recorded run's was by its own; ``clock=wall`` holds the recorded wall times instead. Rank r
 replays the recorded rank r mod p, and step s the recorded step s: a schedule that depends on
 the step (DGC's warm-up, PowerSGD's start) meets the same compute it met when recorded.
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compress.recorded import borrowed
-from ..timing import Waiter, now
+from ..timing import Waiter
 from ..tracefile import load
 from . import images
 
@@ -29,6 +32,7 @@ COMPUTES = ("sleep", "spin")
 CODECS = ("real", "recorded")
 OPTIMS = ("real", "recorded")
 COMMS = ("allreduce", "ps")     # the exchanges a trace is recorded over and a replay runs over
+CLOCKS = ("cpu", "wall")
 
 
 @dataclass
@@ -44,6 +48,12 @@ class ReplayOptions:
     optim: str = "real"        # real: the optimizer steps the replay's parameters on this host (a CPU run's,
     #                            whose time is this host's, and / K when dilated); recorded: each step waits
     #                            the recorded optimizer time x scale instead (a GPU's optimizer, or dilated)
+    clock: str = ""            # what a spin counts: cpu, the recorded thread CPU seconds (a CPU trace: its
+    #                            compute's wall time then grows with this replay's contention for the cores,
+    #                            as the recorded run's did); wall, the recorded wall times (the recorded run's
+    #                            contention kept whatever this run's). Default: cpu where the replay spins and the
+    #                            trace has CPU times for all it waits (recorded on a CPU node at one intra-op
+    #                            thread, since schema 18), else wall. Sleep waits wall time only
 
     def __post_init__(self):
         if not self.trace:
@@ -58,6 +68,27 @@ class ReplayOptions:
             raise ValueError(f"real counts ranks that run the model, got {self.real}")
         if not self.scale > 0:
             raise ValueError(f"scale must be positive, got {self.scale}")
+        if self.clock not in ("", *CLOCKS):
+            raise ValueError(f"clock must be cpu or wall, got {self.clock!r}")
+        if self.clock == "cpu" and self.compute != "spin":
+            raise ValueError("clock=cpu needs compute=spin: a sleep takes no CPU time")
+
+
+def cpu_clock(o: ReplayOptions, trace: dict) -> bool:
+    """Whether the replay of ``trace`` with options ``o`` waits CPU seconds (see ReplayOptions.clock):
+    one UserError where clock=cpu is asked of a trace without every CPU time the replay waits."""
+    from ..spec import UserError
+    if o.compute != "spin" or o.clock == "wall":
+        return False
+    steps = [s for r in trace["ranks"] for s in r["steps"]]
+    keys = ["ready_cpu_s"] + (["encode_cpu_s", "decode_cpu_s"] if o.codec == "recorded" else [])
+    missing = [k for k in keys if any(b.get(k) is None for s in steps for b in s["buckets"])]
+    if o.optim == "recorded" and any(s.get("optim_cpu_s") is None for s in steps):
+        missing.append("optim_cpu_s")
+    if missing and o.clock == "cpu":
+        raise UserError(f"clock=cpu: the trace lacks {', '.join(missing)} (a GPU's run, one with more than one "
+                        "intra-op thread, or one stored before schema 18); replay it with clock=wall.")
+    return not missing
 
 
 def layouts_of(trace: dict, rank: int) -> dict[int, list]:
@@ -65,9 +96,11 @@ def layouts_of(trace: dict, rank: int) -> dict[int, list]:
     return {int(k): v for k, v in trace["layouts"][str(rank % len(trace["ranks"]))].items()}
 
 
-def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[dict[str, float]], dict[str, int]]:
+def schedule(trace: dict, rank: int, cpu: bool = False) -> tuple[list[tuple[str, list[int]]], list[dict[str, float]],
+                                                                 dict[str, int]]:
     """For rank ``rank`` mod the recorded ranks: the recorded parameters in the model's order; per
-    recorded step, each parameter's ready time (its bucket's, from the step's first forward); and
+    recorded step, each parameter's ready time (its bucket's, from the step's first forward; with
+    ``cpu``, the CPU seconds backward's thread had spent by then); and
     each parameter's place in the buckets DDP rebuilt after step 0 (their index order, each in its
     own order), which is the order their gradients arrived in step 0 and so breaks ties: handed
     over in that order in step 0, they make DDP rebuild the recorded buckets."""
@@ -81,7 +114,7 @@ def schedule(trace: dict, rank: int) -> tuple[list[tuple[str, list[int]]], list[
             if b.get("ready_s") is None:
                 raise ValueError(f"the trace's step {s['step']} has a bucket with no ready time (a run stored before schema 13)")
             for name, _ in layouts[b["layout"]]:
-                at[name] = b["ready_s"]
+                at[name] = b["ready_cpu_s" if cpu else "ready_s"]
         ready.append(at)
     params = [(name, shape) for name, shape in trace["parameters"]]
     rebuilt = [name for b in sorted(steps[1]["buckets"] if len(steps) > 1 else [], key=lambda b: b["bucket"])
@@ -109,7 +142,7 @@ class _Release(torch.autograd.Function):
         # earlier by what landing took this host last step (accumulating it into its bucket)
         late = r.wait.until(r.step_start + r.scale * ready - r.lag.get(ready, 0.0))
         r.behind = max(r.behind, late)
-        r.released.setdefault(ready, now())
+        r.released.setdefault(ready, r.wait.clock())
         return grad, r.grads[name], None, None
 
 
@@ -121,7 +154,7 @@ class _State:
     place: dict[str, int]
     grads: dict[str, torch.Tensor]
     scale: float
-    wait: Waiter
+    wait: Waiter                            # its clock is the one every moment below is on
     step: int = -1
     step_start: float = 0.0
     behind: float = 0.0                     # this step: the latest hand-over's lateness past its recorded moment
@@ -134,7 +167,7 @@ class _State:
 
 class ReplayModel(torch.nn.Module):
     def __init__(self, params: list[tuple[str, list[int]]], ready: list[dict[str, float]], place: dict[str, int],
-                 compute: str, scale: float, seed: int):
+                 compute: str, scale: float, seed: int, cpu: bool = False):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self._names = [name for name, _ in params]
@@ -142,7 +175,7 @@ class ReplayModel(torch.nn.Module):
             owner, leaf = _owner(self, name.removeprefix("module."))
             owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
         self._state = _State(ready, place, {name: torch.randn(shape, generator=gen) * 1e-3 for name, shape in params},
-                             scale, Waiter(compute == "spin"))
+                             scale, Waiter(compute == "spin", cpu))
         for name in self._names:
             self.get_parameter(name.removeprefix("module.")).register_post_accumulate_grad_hook(
                 lambda param, name=name: self._landed(name))
@@ -151,7 +184,7 @@ class ReplayModel(torch.nn.Module):
         r = self._state
         ready = r.ready[r.step].get(name, 0.0)
         if r.step > 0 and ready in r.released:    # step 0: one bucket of everything, no measure of a later one
-            r.landed[name] = now() - r.released[ready]
+            r.landed[name] = r.wait.clock() - r.released[ready]
 
     def step_stats(self) -> dict[str, float]:
         """For the step's row: how far behind the recorded times the host handed gradients over
@@ -163,7 +196,7 @@ class ReplayModel(torch.nn.Module):
         r.step += 1
         if r.step >= len(r.ready):
             raise RuntimeError(f"the trace holds {len(r.ready)} steps; this run asked for more")
-        r.step_start, r.released, r.lag, r.behind = now(), {}, {}, 0.0
+        r.step_start, r.released, r.lag, r.behind = r.wait.clock(), {}, {}, 0.0
         for name, took in r.landed.items():
             ready = r.ready[r.step].get(name, 0.0)
             r.lag[ready] = max(r.lag.get(ready, 0.0), took)
@@ -200,8 +233,9 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     trace = load(o.trace)
     if (why := replayable_here(trace)) is not None:     # this node's torch, which need not be the controller's
         raise UserError(why)
-    params, ready, place = schedule(trace, rank)
-    model = ReplayModel(params, ready, place, o.compute, o.scale, seed)
+    cpu = cpu_clock(o, trace)
+    params, ready, place = schedule(trace, rank, cpu)
+    model = ReplayModel(params, ready, place, o.compute, o.scale, seed, cpu)
     add_buffers(model, [(name, torch.zeros(shape, dtype=getattr(torch, dtype)))
                         for name, shape, dtype in trace.get("buffers", [])])
 
@@ -212,8 +246,8 @@ def build(o: ReplayOptions, seed: int, rank: int, batch_size: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float | None]:
         return {"loss": None, "accuracy": None}
 
-    return (model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o), model.step_stats,
-            recorded_optimizer(trace, rank, o), sends_buffers(trace))
+    return (model, batches(), lambda out, target: out.sum(), evaluate, recorded_codec(trace, rank, o, cpu),
+            model.step_stats, recorded_optimizer(trace, rank, o, cpu), sends_buffers(trace))
 
 
 def sends_buffers(trace: dict) -> bool:
@@ -230,8 +264,8 @@ class RecordedOptimizer:
     and loss mean nothing). zero_grad is the real optimizer's, so gradients are cleared as DDP
     expects."""
 
-    def __init__(self, inner, times: list[float], scale: float, spin: bool):
-        self.inner, self.times, self.scale, self.wait, self.steps = inner, times, scale, Waiter(spin), 0
+    def __init__(self, inner, times: list[float], scale: float, spin: bool, cpu: bool = False):
+        self.inner, self.times, self.scale, self.wait, self.steps = inner, times, scale, Waiter(spin, cpu), 0
 
     def step(self) -> None:
         self.wait.wait(self.scale * self.times[self.steps])
@@ -241,18 +275,18 @@ class RecordedOptimizer:
         self.inner.zero_grad(set_to_none=set_to_none)
 
 
-def recorded_optimizer(trace: dict, rank: int, o: ReplayOptions):
-    """What stands in for the optimizer of rank ``rank`` (the recorded rank r mod p's times), or
-    None when the optimizer runs for real."""
+def recorded_optimizer(trace: dict, rank: int, o: ReplayOptions, cpu: bool = False):
+    """What stands in for the optimizer of rank ``rank`` (the recorded rank r mod p's times, CPU
+    seconds with ``cpu``), or None when the optimizer runs for real."""
     if o.optim != "recorded":
         return None
-    times = [s.get("optim_s") for s in trace["ranks"][rank % len(trace["ranks"])]["steps"]]
+    times = [s.get("optim_cpu_s" if cpu else "optim_s") for s in trace["ranks"][rank % len(trace["ranks"])]["steps"]]
     if any(t is None for t in times):
         raise ValueError("optim=recorded: the trace has steps without an optimizer time")
-    return lambda inner: RecordedOptimizer(inner, times, o.scale, o.compute == "spin")
+    return lambda inner: RecordedOptimizer(inner, times, o.scale, o.compute == "spin", cpu)
 
 
-def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
+def recorded_codec(trace: dict, rank: int, o: ReplayOptions, cpu: bool = False) -> dict | None:
     """compress.recorded.RecordedCodec's arguments for rank ``rank`` (the recorded rank r mod p's
     buckets by step and DDP's bucket index, its payloads borrowed from other steps for the copies
     beyond the recorded ranks), or None when the method runs for real."""
@@ -260,5 +294,5 @@ def recorded_codec(trace: dict, rank: int, o: ReplayOptions) -> dict | None:
         return None
     p = len(trace["ranks"])
     return {"buckets": borrowed(trace["ranks"][rank % p]["steps"], rank // p), "scale": o.scale,
-            "spin": o.compute == "spin", "recorded_world": p,
+            "spin": o.compute == "spin", "cpu": cpu, "recorded_world": p,
             "shapes": {k: [shape for _, shape in v] for k, v in layouts_of(trace, rank).items()}}
