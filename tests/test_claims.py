@@ -224,6 +224,26 @@ def test_accuracy_over_repeats_is_a_paired_t_interval_and_a_shared_seed_gives_no
     assert shared["verdict"] == INCONCLUSIVE and "share a seed" in shared["parts"][0]["why"]
 
 
+def test_a_gain_between_two_variants_is_a_paired_t_interval_on_their_own_differences(tmp_path):
+    """w's gain (DGC with local clipping over without), by hand: none 90, 80, 70 %, without 85, 76,
+    64 %, with 87, 79, 68 % on seeds 0, 1, 2. Per seed, with minus without: 2, 3, 4 points, mean 3,
+    standard deviation 1, t(0.975, 2 degrees) = 4.303 (a t table), half width 4.303 / sqrt(3) =
+    2.484: [0.516, 5.484], above 0: agree. Planted: the two deltas against none subtracted, their
+    intervals too ([-7.484, -2.516] and [-4.484, +0.484]) -> [-1.968, 7.968], inconclusive."""
+    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
+    none = [0.90, 0.80, 0.70]
+    for method, accs in (("none", none), (X.DGC_MASK, [0.85, 0.76, 0.64]), (X.DGC_CLIP, [0.87, 0.79, 0.68]),
+                         (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none])):
+        for k, acc in enumerate(accs):
+            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 360,
+                 repeat=k, seed=k)
+    w = judge.judge(anywhere("w"), True, str(tmp_path))
+    part = w["parts"][0]
+    assert part["value"] == pytest.approx(3.0) and part["low"] == pytest.approx(0.516, abs=1e-3)
+    assert part["high"] == pytest.approx(5.484, abs=1e-3) and part["verdict"] == AGREE and w["verdict"] == AGREE
+    assert part["detail"]["seeds"] == [0, 1, 2] and part["detail"]["n"] == 3
+
+
 def test_an_accuracy_claim_is_inconclusive_when_its_positive_control_does_not_lose_visibly(tmp_path):
     """The control must lose more than the part's margin (one point), its whole interval clear:
     losing 0.5 points (or 1.5 with an interval reaching past -1) means the task cannot show a
