@@ -68,6 +68,7 @@ class Row:
     averaged_share: float | None = None     # local SGD, DiLoCo: the share of steps that averaged (step_s,
                                             # expected_tx_bytes and reduce_calls are then means over periods)
     dilate: float = 1.0                     # --dilate K: every time here is already in emulated units (host / K)
+    run_s: float | None = None              # the run from its start to its end, as the store keeps them (host seconds)
     seed: int = 0                           # the run's seed (a sweep's repeat k: its seed + k)
     device: str = "cpu"                     # what computed the gradients: cpu | cuda
 
@@ -128,7 +129,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             server_pull_bytes=busiest["pull_bytes"], server_sum_s=busiest["sum_s"],
             pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
             averaged_share=mean.get("averaged_share"), dilate=spec.dilate, seed=spec.seed,
-            device=spec.device))
+            device=spec.device, run_s=run["finished_at"] - run["created_at"] if run["finished_at"] else None))
     conn.close()
     return rows
 

@@ -150,7 +150,8 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
         return Measure(d, d - half, d + half, detail={**detail, "seeds": paired, "differences": diffs, "n": n,
                                                       "method_accuracy": statistics.fmean(a[k].eval_accuracy for k in paired),
                                                       "baseline_accuracy": statistics.fmean(c[k].eval_accuracy for k in paired),
-                                                      "interval": f"Student's t, 95 %, over {n} seeds, paired"})
+                                                      "interval": f"Student's t, 95 %, over {n} seeds, paired",
+                                                      **_trend([a[k] for k in paired], [c[k] for k in paired])})
     ra, rb = next(iter(a.values())), next(iter(c.values()))
     pa, pb = ra.eval_accuracy, rb.eval_accuracy
     na, nb = ra.eval_samples or 0, rb.eval_samples or 0
@@ -160,6 +161,25 @@ def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Meas
     return Measure(d, d - 100 * half, d + 100 * half,
                    detail={**detail, "method_accuracy": pa, "baseline_accuracy": pb, "n": 1,
                            "interval": f"one run each: binomial error on {na} and {nb} held-out samples"})
+
+
+def _trend(method: list[Row], baseline: list[Row]) -> dict:
+    """How the accuracy gap moved over the second half of training, runs paired by seed: per seed,
+    the gap (points) at the last evaluation less the gap at the evaluation nearest half its step,
+    the mean with Student's t 95 % interval. A loss still closing at the end is a loss of this
+    run's length, which the sources (trained to convergence) did not measure. Empty where the runs
+    lack evaluations at both steps."""
+    def at(row: Row) -> dict[int, float]:
+        return {e["step"]: e["accuracy"] for e in row.evals if e.get("accuracy") is not None}
+    curves = [(at(m), at(b)) for m, b in zip(method, baseline)]
+    common = set.intersection(*(set(m) & set(b) for m, b in curves)) if curves else set()
+    if len(common) < 2 or len(curves) < 2:
+        return {}
+    end = max(common)
+    mid = min(common - {end}, key=lambda s: (abs(s - end / 2), s))
+    change = [100 * ((m[end] - b[end]) - (m[mid] - b[mid])) for m, b in curves]
+    mean, half, n = _mean_interval(change)
+    return {"trend": {"from_step": mid, "to_step": end, "change": mean, "low": mean - half, "high": mean + half, "n": n}}
 
 
 def _mean_interval(xs: list[float]) -> tuple[float, float, int]:

@@ -115,6 +115,23 @@ def control_lines(report: dict) -> str:
     return ("Positive controls (a method that must lose, against none): " + "; ".join(said) + ".") if said else ""
 
 
+def run_time_line(report: dict) -> str:
+    """What the cells read took to run, per experiment's sweep and in all: each run from its start
+    to its end as the store keeps them (runs replaced, failed or not read, and the time between
+    runs, are not in it)."""
+    cells, run_s = {}, {}
+    for c in report["claims"]:
+        cells.update(c.get("cells") or {})
+        run_s.update(c.get("run_s") or {})
+    said = [f"{name}: {cells[name]} cell{'' if cells[name] == 1 else 's'}, {run_s[name] / 60:.1f} min"
+            for name in sorted(run_s) if cells.get(name)]
+    if not said:
+        return ""
+    return (f"Run time of the cells read, each run from its start to its end (runs replaced, failed or not read, "
+            f"and the time between runs, are not in it): {'; '.join(said)}; in all "
+            f"{sum(run_s[n] for n in run_s if cells.get(n)) / 60:.1f} min.")
+
+
 def render_html(report: dict) -> str:
     parts = ["<h1>gctestbed: the field's claims, rerun</h1>",
              "<p>" + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ". Intervals: Student's t over "
@@ -152,7 +169,7 @@ def markdown(report: dict, heading: str) -> str:
     """The claims as Markdown: per claim the sentence, the source's conditions and the conditions
     here, then every part with its value, interval, n, verdict and what would have disagreed."""
     out = [heading, "", "Totals: " + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ".", "",
-           control_lines(report), ""]
+           control_lines(report), "", run_time_line(report), ""]
     for c in report["claims"]:
         out += [f"### {c['id']}. {c['verdict']}{' (toy scale)' if c['toy'] else ''}", "",
                 f"**{c['source']}**: {c['sentence']}", "",
