@@ -66,6 +66,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     if trace is not None:
         bucket_cap_mb, batch_size = _replayable(trace, wl_options, steps, bucket_cap_mb, comm_name, comm_options, method.needs_own_loop(),
                                     _int("--nodes", nodes), batch_size)
+        _replay_clock(trace, wl_options, device)
     if method.reads_batch and _int("--batch-size", batch_size) < 2:
         raise SpecError(f"{comp_name} reads the variance of each node's batch: --batch-size must be at least 2.")
     if command:                     # the user's own program is the workload
@@ -179,6 +180,24 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
     if _float("--bucket-cap-mb", bucket_cap_mb) != cap:
         raise SpecError(f"the trace's DDP used --bucket-cap-mb {cap:g}: a replay must form the same buckets.")
     return bucket_cap_mb, batch_size
+
+
+def _replay_clock(trace: dict, options: dict, device: str) -> None:
+    """A spin's clock settled before any node starts (workloads/replay.py's clock): on a GPU the
+    wall clock (backward runs on a thread of the GPU's, not forward's, so one thread's CPU seconds
+    would not count the step's), clock=cpu refused there; elsewhere clock=cpu refused where the
+    trace lacks a CPU time the replay waits. One sentence either way."""
+    from .workloads import replay
+    if device == "cuda" and options["compute"] == "spin":
+        if options["clock"] == "cpu":
+            raise SpecError("clock=cpu counts the CPU seconds of the thread that runs forward and backward, which on a "
+                            "GPU are two threads: replay on the GPU with clock=wall.")
+        options["clock"] = "wall"
+    if options["clock"] == "cpu":
+        try:
+            replay.cpu_clock(replay.ReplayOptions(**options), trace)
+        except UserError as e:
+            raise SpecError(str(e)) from None
 
 
 def _dilation(dilate, workload: str, name: str, options: dict) -> float:

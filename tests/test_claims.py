@@ -84,9 +84,10 @@ def anywhere(claim_id: str) -> catalog.Claim:
 
 def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], accuracy: float | None = None,
          samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None,
-         repeat: int = 0, seed: int = 0, device: str = "cpu", mid_accuracy: float | None = None, **settings) -> None:
-    """One finished sweep cell of two ranks with these step times, held-out accuracy (and, given
-    ``mid_accuracy``, an evaluation after the first step too), bytes sent
+         repeat: int = 0, seed: int = 0, device: str = "cpu", evals: dict[int, float] | None = None,
+         **settings) -> None:
+    """One finished sweep cell of two ranks with these step times, held-out accuracy (after the
+    last step; ``evals``: step -> accuracy, evaluations before it), bytes sent
     (the interface counters) and payload bytes (gctestbed's accounting; default: the same); run
     with the steps and other settings the claims experiment whose sweep it is gives its cells (the
     judge reads no other), or ``settings``."""
@@ -101,8 +102,8 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
         for rank in range(2):
             rec.step(rank, step, step_s=t, compute_s=t / 2, loss=1.0, tx_bytes=tx, payload_bytes=payload or tx)
     rec.node(0, eval_accuracy=accuracy, eval_samples=samples)
-    if mid_accuracy is not None:
-        rec.evaluation(1, 1.0, mid_accuracy, samples)
+    for step, acc in sorted((evals or {}).items()):
+        rec.evaluation(step, 1.0, acc, samples)
     rec.evaluation(len(step_times), 1.0, accuracy, samples)
     rec.finish_run("ok")
     results.mark_cell(rec.conn, sweep, json.dumps(params, sort_keys=True), repeat, "ok", run_id)
@@ -247,33 +248,44 @@ def test_a_gain_between_two_variants_is_a_paired_t_interval_on_their_own_differe
     assert part["detail"]["seeds"] == [0, 1, 2] and part["detail"]["n"] == 3
 
 
-@pytest.mark.parametrize("case", ["closing", "steady"])
+@pytest.mark.parametrize("case", ["closing", "crossing"])
 def test_a_loss_still_closing_at_the_end_of_the_run_is_inconclusive(tmp_path, case):
-    """w's gain, by hand, at the end (step 3): with clipping minus without -3, -4, -2 points on seeds
-    0, 1, 2 (mean -3, [-5.484, -0.516]: disagree). At the evaluation nearest half-way (step 1) the
+    """w's gain, by hand, at the end (step 4): with clipping minus without -3, -4, -2 points on seeds
+    0, 1, 2 (mean -3, [-5.484, -0.516]: disagree). At step 2, the evaluation nearest half-way, the
     gain was -8, -10, -7 ("closing": it moved 5, 6, 5, mean 5.333, standard deviation 0.577, t(0.975,
-    2) = 4.303, half width 1.434: [3.899, 6.767], above 0, still closing: inconclusive) or -3, -5, -1
-    ("steady": moved 0, 1, -1, [-2.484, 2.484]: disagree stands, the note says how it moved).
-    Planted: no trend rule -> the closing case stays disagree."""
+    2) = 4.303, half width 1.434: [3.899, 6.767], above 0, still closing: inconclusive) or -5, -7, 0
+    ("crossing": moved 2, 3, -2, mean 1, standard deviation 2.646, [-5.572, 7.572]: across 0, the
+    disagreement stands and the note says how it moved). Step 1's evaluation says the opposite of
+    step 2's in each case. And s's first part (2-bit without its residual loses at least a point)
+    disagrees by losing nothing (+0.5 points), though that gap rose 5.5 points from step 2: a gap
+    moving up is no loss closing there, so it stays disagree. Planted: no trend rule, or the first
+    evaluation instead of the nearest half-way, or the crossing mean taken as closing, or the rule
+    on either side of a region -> a case fails."""
     name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
-    none, mid = [0.90, 0.80, 0.70], [0.60, 0.60, 0.60]
-    clip_mid = [0.52, 0.50, 0.53] if case == "closing" else [0.57, 0.55, 0.59]
-    for method, accs, mids in (("none", none, mid), (X.DGC_MASK, [0.85, 0.76, 0.64], mid),
-                               (X.DGC_CLIP, [0.82, 0.72, 0.62], clip_mid),
-                               (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], [0.1] * 3)):
-        for k, (acc, m) in enumerate(zip(accs, mids)):
-            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 3, acc, 360,
-                 repeat=k, seed=k, mid_accuracy=m)
+    none, mask = [0.90, 0.80, 0.70], [0.85, 0.76, 0.64]
+    clip_evals = ({1: [0.47, 0.46, 0.48], 2: [0.52, 0.50, 0.53]} if case == "closing"
+                  else {1: [0.42, 0.40, 0.43], 2: [0.55, 0.53, 0.60]})
+    for method, accs, evals in (("none", none, {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_MASK, mask, {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_CLIP, [0.82, 0.72, 0.62], clip_evals),
+                                (X.TWOBIT_DISCARD, [0.905, 0.804, 0.706], {1: [0.45] * 3, 2: [0.55] * 3}),
+                                (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], {1: [0.1] * 3, 2: [0.1] * 3})):
+        for k, acc in enumerate(accs):
+            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 4, acc, 360,
+                 repeat=k, seed=k, evals={step: v[k] for step, v in evals.items()})
     part = judge.judge(anywhere("w"), True, str(tmp_path))["parts"][0]
     assert part["value"] == pytest.approx(-3.0) and part["high"] == pytest.approx(-0.516, abs=1e-3)
     trend = part["detail"]["trend"]
-    assert (trend["from_step"], trend["to_step"], trend["n"]) == (1, 3, 3)
+    assert (trend["from_step"], trend["to_step"], trend["n"]) == (2, 4, 3)
     if case == "closing":
         assert trend["change"] == pytest.approx(16 / 3) and trend["low"] == pytest.approx(3.899, abs=1e-3)
         assert part["verdict"] == INCONCLUSIVE and "still closing" in part["why"], part["why"]
     else:
-        assert trend["change"] == pytest.approx(0.0, abs=1e-9) and trend["low"] == pytest.approx(-2.484, abs=1e-3)
+        assert trend["change"] == pytest.approx(1.0) and trend["low"] == pytest.approx(-5.572, abs=1e-3)
         assert part["verdict"] == DISAGREE and "not shown to be closing" in part["why"], part["why"]
+    s_part = judge.judge(anywhere("s"), True, str(tmp_path))["parts"][0]
+    assert s_part["value"] == pytest.approx(0.5) and s_part["detail"]["trend"]["change"] == pytest.approx(5.5)
+    assert s_part["verdict"] == DISAGREE and "not shown to be closing" not in s_part["why"], s_part
 
 
 def test_an_accuracy_claim_is_inconclusive_when_its_positive_control_does_not_lose_visibly(tmp_path):

@@ -31,7 +31,8 @@ def _burn(seconds: float) -> None:
 
 
 class SleepThenBurn(Compressor):
-    """Sends the bucket as it is; its encode sleeps 40 ms then burns 20 ms of CPU, its decode sleeps 30 ms."""
+    """Sends the bucket as it is; its encode sleeps 40 ms then burns 20 ms of CPU, its decode sleeps
+    30 ms then burns 10 ms."""
 
     name = "sleep-then-burn"
 
@@ -42,14 +43,16 @@ class SleepThenBurn(Compressor):
 
     def decode(self, tensors, meta, bucket, numel):
         time.sleep(0.03)
+        _burn(0.01)
         return tensors[0]
 
 
 class SleepyLinear(torch.nn.Linear):
-    """A linear layer whose forward sleeps 50 ms first: wall time that is no CPU time."""
+    """A linear layer whose forward sleeps 50 ms (wall time that is no CPU time), then burns 20 ms."""
 
     def forward(self, x):
         time.sleep(0.05)
+        _burn(0.02)
         return super().forward(x)
 
 
@@ -69,13 +72,14 @@ def _steps(threads: int = 1, steps: int = 2) -> list[dict]:
 
 
 def test_the_hook_records_each_phases_thread_cpu_apart_from_its_wall_time(single_rank_group):
-    """Planted: CPU seconds taken from the wall clock (Span.cpu_seconds as seconds) -> the sleeps
-    count as CPU and every bound below fails."""
+    """Each phase sleeps (no CPU) and burns a known CPU time: forward 50 ms and 20 ms, encode 40 and
+    20, decode 30 and 10. Planted: CPU seconds taken from the wall clock -> the sleeps count as CPU
+    and the upper bounds fail; a phase's CPU time left at 0 -> the lower bounds fail."""
     for stats in _steps():
         ex, = stats["exchanges"]
-        assert ex["ready_s"] >= 0.05 and ex["ready_cpu_s"] is not None and ex["ready_cpu_s"] < ex["ready_s"] - 0.04, ex
-        assert ex["encode_s"] >= 0.06 and 0.015 <= ex["encode_cpu_s"] <= 0.035, ex
-        assert ex["decode_s"] >= 0.03 and ex["decode_cpu_s"] < 0.01, ex
+        assert ex["ready_s"] >= 0.07 and 0.018 <= ex["ready_cpu_s"] < ex["ready_s"] - 0.04, ex
+        assert ex["encode_s"] >= 0.06 and 0.018 <= ex["encode_cpu_s"] <= 0.035, ex
+        assert ex["decode_s"] >= 0.04 and 0.009 <= ex["decode_cpu_s"] <= 0.025, ex
 
 
 def test_with_more_than_one_intra_op_thread_no_cpu_time_is_claimed(single_rank_group):
@@ -112,7 +116,8 @@ SHARED_CORE = textwrap.dedent("""
         a = torch.rand(256, 256)
         while not stop.is_set():
             torch.mm(a, a)
-    threading.Thread(target=hog, daemon=True).start()
+    busy = threading.Thread(target=hog)
+    busy.start()
     time.sleep(0.05)
     out = []
     for cpu in (True, False):
@@ -120,6 +125,7 @@ SHARED_CORE = textwrap.dedent("""
         Waiter(spin=True, cpu=cpu).wait(0.3)
         out.append((time.perf_counter() - t, time.thread_time() - c))
     stop.set()
+    busy.join()                 # not left inside torch.mm at exit (a C++ abort)
     print(out)
 """)
 
@@ -155,3 +161,68 @@ def test_the_clock_is_cpu_only_for_a_spin_over_a_trace_with_every_cpu_time_it_wa
         cpu_clock(ReplayOptions(trace="t", compute="spin", clock="cpu"), _trace())      # a GPU's, or older
     with pytest.raises(ValueError, match="compute=spin"):
         ReplayOptions(trace="t", compute="sleep", clock="cpu")
+
+
+def _trace_with_cpu_times(path, cpu: bool = True) -> str:
+    """A hand-made CPU trace of a twobit run (one rank, two steps, one bucket) whose CPU times
+    differ from its wall times by far: ready 10 ms of wall, 120 ms of CPU; encode 1 and 60 ms;
+    the optimizer 10 and 80 ms. Without ``cpu``, no CPU times (a GPU's trace, or an older one)."""
+    from gctestbed import tracefile
+    bucket = {"seq": 0, "bucket": 0, "layout": 0, "numel": 10, "sent": None, "rounds": 1, "reduce_calls": 0,
+              "gather_calls": 2, "reduce_bytes": 0, "gather_bytes": 4, "ready_s": 0.01, "encode_s": 0.001,
+              "decode_s": 0.001, **({"ready_cpu_s": 0.12, "encode_cpu_s": 0.06, "decode_cpu_s": 0.001} if cpu else {})}
+    trace = {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {},
+             "job": {"compressor": "twobit", "compressor_options": {"threshold": 0.5}, "bucket_cap_mb": 4.0,
+                     "workload": "mlp", "workload_options": {}, "batch_size": 16},
+             "parameters": [["module.w", [10]]], "layouts": {"0": {"0": [["module.w", [10]]]}},
+             "ranks": [{"rank": 0, "steps": [{"step": s, "optim_s": 0.01, "optim_cpu_s": 0.08 if cpu else None,
+                                              "buckets": [bucket]} for s in range(2)]}]}
+    tracefile.save(trace, str(path))
+    return str(path)
+
+
+def _cpu_of(fn) -> float:
+    c = time.thread_time()
+    fn()
+    return time.thread_time() - c
+
+
+@pytest.mark.parametrize("clock", ["", "wall"])
+def test_a_spinning_replay_of_a_cpu_trace_waits_its_cpu_times_from_the_trace(tmp_path, clock):
+    """From the trace file through the options to the waits: by default (or clock=cpu) a spin takes
+    the recorded CPU seconds of the compute (120 ms), the encode (60) and the optimizer (80), each
+    counted by the kernel on the thread that waits; clock=wall takes the recorded wall times (10, 1,
+    10 ms). Planted: schedule, the recorded codec or the recorded optimizer reading the wall times
+    under the CPU clock -> the default case spins 10, 1 or 10 ms."""
+    from gctestbed import flags, workloads
+    from gctestbed.compress import create
+    from gctestbed.compress.base import Bucket
+    from gctestbed.compress.recorded import RecordedCodec
+    path = _trace_with_cpu_times(tmp_path / "t.json")
+    spec = flags.build_spec(replay=f"{path},compute=spin,codec=recorded,optim=recorded" + (f",clock={clock}" if clock else ""),
+                            steps="2")
+    work = workloads.build("replay", spec.workload_options, seed=0, rank=0, batch_size=16)
+    compute = _cpu_of(lambda: work.model(torch.zeros(1)).sum().backward())
+    codec = RecordedCodec(create("twobit", {"threshold": 0.5}), **work.codec)
+    encode = _cpu_of(lambda: codec.encode(torch.zeros(10), Bucket(key=0, shapes=[torch.Size([10])], step=0, world=1)))
+    optim = _cpu_of(work.optimizer(torch.optim.SGD(work.model.parameters(), lr=0.1)).step)
+    if clock == "":
+        assert compute >= 0.115 and encode >= 0.058 and optim >= 0.078, (compute, encode, optim)
+    else:
+        assert compute < 0.06 and encode < 0.03 and optim < 0.04, (compute, encode, optim)
+
+
+def test_a_cpu_clock_is_refused_before_the_run_where_it_cannot_count(tmp_path):
+    """In one sentence when the spec is built, not in the nodes: a trace without the CPU times, or a
+    spin on a GPU (backward on another thread than forward); left out on a GPU, the wall clock."""
+    from gctestbed import flags
+    from gctestbed.spec import SpecError
+    without = _trace_with_cpu_times(tmp_path / "without.json", cpu=False)
+    with pytest.raises(SpecError, match="lacks ready_cpu_s"):
+        flags.build_spec(replay=f"{without},compute=spin,clock=cpu", steps="2")
+    assert flags.build_spec(replay=f"{without},compute=spin", steps="2").workload_options["clock"] == ""  # the worker's wall
+    path = _trace_with_cpu_times(tmp_path / "t.json")
+    with pytest.raises(SpecError, match="on a GPU"):
+        flags.build_spec(replay=f"{path},compute=spin,clock=cpu", steps="2", device="cuda", backend="gloo")
+    on_gpu = flags.build_spec(replay=f"{path},compute=spin", steps="2", device="cuda", backend="gloo")
+    assert on_gpu.workload_options["clock"] == "wall"

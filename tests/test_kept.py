@@ -96,14 +96,15 @@ def test_cells_on_a_kept_network_train_and_count_as_cells_on_their_own(tmp_path,
 def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp_path, state_dir):
     """Calibration (ping's RTT, a TCP stream's rate against the htb class) judges every cell's
     link: a network not re-shaped between cells misses. Latency 0 has no delay line, so the
-    cell after it gets a network of its own. Four cells of the grid: 5ms at 50mbit, then 20ms at
-    200mbit (both re-shaped on the kept network), then latency 0 at each rate."""
+    cell after it gets a network of its own. Four cells of the grid: 5ms at 50mbit, 5ms at 200mbit
+    (the rate re-shaped on the kept network), 20ms at 200mbit (the delay re-shaped), then latency 0
+    (a network of its own)."""
     g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["5ms", "20ms", "0"],
                          "bw": ["50mbit", "200mbit"], "compressor": ["none"], "mode": ["overlap"]},
                    steps=1, calibrate="all", results_dir=str(tmp_path), keep=True)
-    cells = [c for i, c in enumerate(sweep.plan(g)) if i in (0, 3, 4, 5)]
-    assert [(c.params["latency"], c.params["bw"]) for c in cells] == [("5ms", "50mbit"), ("20ms", "200mbit"),
-                                                                       ("0", "50mbit"), ("0", "200mbit")]
+    cells = [c for i, c in enumerate(sweep.plan(g)) if i in (0, 1, 3, 4)]
+    assert [(c.params["latency"], c.params["bw"]) for c in cells] == [("5ms", "50mbit"), ("5ms", "200mbit"),
+                                                                       ("20ms", "200mbit"), ("0", "50mbit")]
     assert sweep.run(g, "s", cells)["failed"] == 0
     conn = results.connect(str(tmp_path))
     runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
@@ -112,14 +113,14 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     for s in summaries:
         assert s["calibration"] and not s["calibration_missed"], s["calibration"]
     rtts = [min(c["rtt_idle_s"] for c in s["calibration"]) for s in summaries]
-    assert rtts[1] > rtts[0] + 0.025                                    # 5 ms, then 20 ms each way
+    assert rtts[2] > rtts[1] + 0.025                                    # 5 ms, then 20 ms each way, at 200mbit
     kept = [s["environment"]["shaping"]["kept_network"] for s in summaries]
-    assert len({k["ledger"] for k in kept[:2]}) == 1 and [k["cell"] for k in kept[:2]] == [1, 2]
-    assert kept[2]["ledger"] != kept[0]["ledger"] and kept[2]["cell"] == 1 and kept[3]["cell"] == 2
-    assert summaries[2]["environment"]["shaping"]["latency_impl"] == "none"
+    assert len({k["ledger"] for k in kept[:3]}) == 1 and [k["cell"] for k in kept[:3]] == [1, 2, 3]
+    assert kept[3]["ledger"] != kept[0]["ledger"] and kept[3]["cell"] == 1
+    assert summaries[3]["environment"]["shaping"]["latency_impl"] == "none"
     # the delay line's count of the cell's frames (its own counter, read through its stdin) against the
     # kernel's htb counter on the same egress: the same bytes, both over this cell alone
-    for s in summaries[:2]:
+    for s in summaries[:3]:
         stats = s["environment"]["qdisc_stats"]
         egress = next(k for k in stats["qdiscs"] if k.endswith("-n0/eth0"))
         htb = stats["qdiscs"][egress]["classes"][0]["sent_bytes"]
