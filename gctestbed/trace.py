@@ -29,7 +29,8 @@ from .spec import RunSpec, UserError
 from .tracefile import FORMAT, VERSION, load as load_trace
 
 STEP_TIMES = ("step_s", "compute_s", "forward_s", "optim_s", "encode_s", "decode_s", "comm_s", "sync_s", "optim_cpu_s")
-BUCKET_CPU_TIMES = ("ready_cpu_s", "encode_cpu_s", "decode_cpu_s")   # null where not recorded (a GPU; before schema 18)
+# a bucket's CPU times: null where not recorded (a GPU; before schema 18)
+BUCKET_CPU_TIMES = results.store.CPU_TIMES
 
 
 def untraceable(spec: RunSpec) -> str | None:

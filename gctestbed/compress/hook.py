@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..timing import Moment, Span, cpu_seconds, now, seconds, thread_cpu
+from ..timing import Moment, Span, cpu_seconds, now, seconds
 from . import collectives
 from ..spec import DENSE_FLOOR
 from .base import Bucket, Compressor, Payload
@@ -100,10 +100,9 @@ class HookState:
         self._comm_ends: list[Moment] = []            # each collective round's completion
         self._comm_busy: list[Span] = []              # each collective round, launch to completion
         self._exchanges: list[dict[str, Any]] = []   # one record per bucket exchanged (results: exchanges)
-        self._step_start: float | None = None         # the step's first forward (HookState.started)
-        self._step_thread: tuple[int, float] | None = None  # ... its thread and that thread's CPU seconds then
+        self._step_start: Moment | None = None        # the step's first forward (HookState.started)
         self._ready: dict[int, float] = {}            # bucket index -> when the hook got it this step
-        self._ready_cpu: dict[int, float] = {}        # ... and the CPU seconds backward's thread had spent since
+        self._ready_cpu: dict[int, float | None] = {}  # ... and the CPU seconds forward's thread had spent since
         self._new_layouts: list[dict[str, Any]] = []
 
     def take_step_stats(self) -> dict[str, Any]:
@@ -139,25 +138,21 @@ class HookState:
             self.exchange(self, future, buffer, ctx)
             future.wait()
 
-    def started(self, at: float) -> None:
-        """The step's first forward began (later forwards of the step, micro-batches, change nothing).
-        Called on the thread that runs forward (and, on a CPU, backward)."""
+    def started(self, at: Moment) -> None:
+        """The step's first forward began (later forwards of the step, micro-batches, change nothing),
+        taken on the thread that runs forward (and, on a CPU, backward)."""
         with self._lock:
             if self._step_start is None:
                 self._step_start = at
-                cpu = thread_cpu() if self.device is None else None
-                self._step_thread = None if cpu is None else (threading.get_ident(), cpu)
 
-    def ready(self, ctx: Bucket, at: float) -> None:
-        """DDP handed bucket ``ctx`` to the hook at ``at``; on the thread that runs backward, which on
-        a CPU is forward's, whose CPU seconds since the step began are then backward's work and
-        forward's (a replay spins them: workloads/replay.py)."""
+    def ready(self, ctx: Bucket, at: Moment) -> None:
+        """DDP handed bucket ``ctx`` to the hook at ``at``, taken on the thread that runs backward:
+        on a CPU forward's, whose CPU seconds since the step began are then forward's and backward's
+        work (a replay spins them: workloads/replay.py); elsewhere Span.cpu_seconds gives None."""
         with self._lock:
-            self._ready[ctx.key] = at
-            mine = self._step_thread
-            cpu = thread_cpu() if mine is not None and mine[0] == threading.get_ident() else None
-            if cpu is not None:
-                self._ready_cpu[ctx.key] = cpu - mine[1]
+            self._ready[ctx.key] = at.cpu
+            if self._step_start is not None and self.device is None:
+                self._ready_cpu[ctx.key] = Span(self._step_start, at).cpu_seconds()
 
     def moment(self) -> Moment:
         """Now, with a CUDA event where the buckets are on a GPU (see timing.Moment)."""
@@ -175,7 +170,7 @@ class HookState:
         with self._lock:
             ready = self._ready.pop(ctx.key, None)
             ready_cpu = self._ready_cpu.pop(ctx.key, None)
-            since = self._step_start
+            since = self._step_start.cpu if self._step_start is not None else None
             if layout not in self._layouts:
                 self._layouts[layout] = len(self._layouts)
                 self._new_layouts.append({"layout": self._layouts[layout],
@@ -247,7 +242,7 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     ids = tuple(state.names.get(id(p), (bucket.index(), i)) for i, p in enumerate(params))
     ctx = Bucket(key=bucket.index(), shapes=[p.shape for p in params], step=state.step, rank=state.rank,
                  world=state.world_size, params=params, ids=ids)
-    state.ready(ctx, now())
+    state.ready(ctx, Moment())
     if state.serial:
         state.pending.append((buffer, ctx))
         future.set_result(buffer)
@@ -345,6 +340,6 @@ def install(model: DistributedDataParallel, compressor: Compressor,
     # where a replayed model (workloads/replay.py) starts its own
     # (a training forward only: an evaluation between steps must not restart it)
     getattr(model, "module", model).register_forward_pre_hook(
-        lambda module, args: state.started(now()) if module.training and torch.is_grad_enabled() else None)
+        lambda module, args: state.started(Moment()) if module.training and torch.is_grad_enabled() else None)
     model.register_comm_hook(state, compression_hook)
     return state

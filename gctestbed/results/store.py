@@ -176,10 +176,10 @@ CREATE TABLE IF NOT EXISTS sweep_cells (
     PRIMARY KEY (sweep, cell, repeat)
 );
 """
+CPU_TIMES = ("ready_cpu_s", "encode_cpu_s", "decode_cpu_s")     # NULL where a node cannot tell them (a GPU)
 EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce_calls", "gather_calls", "payload_bytes",
                    "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s", "start_s", "done_s",
-                   "payloads", "ready_cpu_s", "encode_cpu_s", "decode_cpu_s")
-CPU_TIMES = ("ready_cpu_s", "encode_cpu_s", "decode_cpu_s")     # NULL where a node cannot tell them (a GPU)
+                   "payloads", *CPU_TIMES)
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
                       "rtt_idle_s", "rtt_loaded_s", "miss")
 
