@@ -114,9 +114,15 @@ def digit_images(idx: torch.Tensor, image: int, noise: float = 0.0, g: torch.Gen
     x8, y = _digits_raw()
     raw = x8[idx]
     if noise:
-        raw = raw + noise * float(x8.std()) * torch.randn(raw.shape, generator=g)
+        raw = raw + noise * float(x8.std()) * _noise(len(idx), g)
     mean, std = _scaled_stats(image)
     return (_scaled(raw, image) - mean) / std, y[idx]
+
+
+def _noise(count: int, g: torch.Generator | None) -> torch.Tensor:
+    """Unit Gaussian noise for ``count`` 8x8 digits, drawn from ``g``: one draw's shape for
+    digit_images and for held_out, which skips the training set's draw to reach its own."""
+    return torch.randn((count, *_digits_raw()[0].shape[1:]), generator=g)
 
 
 def digits(image: int, noise: float = 0.0, g: torch.Generator | None = None):
@@ -162,7 +168,7 @@ def held_out(o: VisionOptions, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     if o.data == "digits":
         train, held = _split()
         if o.pixel_noise:       # the training set's noise is drawn first, as it always was: the held-out draw stays
-            torch.randn((len(train), *_digits_raw()[0].shape[1:]), generator=g)
+            _noise(len(train), g)
         return digit_images(held, o.image, o.pixel_noise, g)
     return _synthetic(_templates(o, seed), o, g, EVAL_SAMPLES)
 
