@@ -183,21 +183,25 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
 
 
 def _replay_clock(trace: dict, options: dict, device: str) -> None:
-    """A spin's clock settled before any node starts (workloads/replay.py's clock): on a GPU the
-    wall clock (backward runs on a thread of the GPU's, not forward's, so one thread's CPU seconds
-    would not count the step's), clock=cpu refused there; elsewhere clock=cpu refused where the
-    trace lacks a CPU time the replay waits. One sentence either way."""
+    """A spin's clock settled before any node starts, and written into the options so the run's
+    spec says which it waited on (workloads/replay.py's clock): on a GPU the wall clock (backward
+    runs on a thread of the GPU's, not forward's, so one thread's CPU seconds would not count the
+    step's), clock=cpu refused there; elsewhere the CPU clock where the trace has every CPU time
+    the replay waits, else the wall clock, and clock=cpu refused where it lacks one. One sentence
+    either way. A sleep waits wall time only: its options are left as typed."""
     from .workloads import replay
-    if device == "cuda" and options["compute"] == "spin":
+    if options["compute"] != "spin":
+        return
+    if device == "cuda":
         if options["clock"] == "cpu":
             raise SpecError("clock=cpu counts the CPU seconds of the thread that runs forward and backward, which on a "
                             "GPU are two threads: replay on the GPU with clock=wall.")
         options["clock"] = "wall"
-    if options["clock"] == "cpu":
-        try:
-            replay.cpu_clock(replay.ReplayOptions(**options), trace)
-        except UserError as e:
-            raise SpecError(str(e)) from None
+        return
+    try:
+        options["clock"] = "cpu" if replay.cpu_clock(replay.ReplayOptions(**options), trace) else "wall"
+    except UserError as e:
+        raise SpecError(str(e)) from None
 
 
 def _dilation(dilate, workload: str, name: str, options: dict) -> float:

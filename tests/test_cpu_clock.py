@@ -21,6 +21,7 @@ from gctestbed.compress import hook
 from gctestbed.compress.base import Compressor, Payload
 from gctestbed.spec import UserError
 from gctestbed.workloads.replay import ReplayModel, ReplayOptions, cpu_clock
+from test_trace import _tiny_trace
 
 
 def _burn(seconds: float) -> None:
@@ -164,19 +165,16 @@ def test_the_clock_is_cpu_only_for_a_spin_over_a_trace_with_every_cpu_time_it_wa
 
 
 def _trace_with_cpu_times(path, cpu: bool = True) -> str:
-    """A hand-made CPU trace of a twobit run (one rank, two steps, one bucket) whose CPU times
-    differ from its wall times by far: ready 10 ms of wall, 120 ms of CPU; encode 1 and 60 ms;
-    the optimizer 10 and 80 ms. Without ``cpu``, no CPU times (a GPU's trace, or an older one)."""
+    """test_trace's hand-made trace of a twobit run (one rank, two steps, one bucket; ready 10 ms,
+    encode and decode 1 ms of wall time) with an optimizer time of 10 ms and, with ``cpu``, CPU
+    times far from those: ready 120 ms of CPU, encode 60, decode 1, the optimizer 80. Without
+    ``cpu``, no CPU times (a GPU's trace, or an older one)."""
     from gctestbed import tracefile
-    bucket = {"seq": 0, "bucket": 0, "layout": 0, "numel": 10, "sent": None, "rounds": 1, "reduce_calls": 0,
-              "gather_calls": 2, "reduce_bytes": 0, "gather_bytes": 4, "ready_s": 0.01, "encode_s": 0.001,
-              "decode_s": 0.001, **({"ready_cpu_s": 0.12, "encode_cpu_s": 0.06, "decode_cpu_s": 0.001} if cpu else {})}
-    trace = {"format": tracefile.FORMAT, "version": tracefile.VERSION, "recorded": {},
-             "job": {"compressor": "twobit", "compressor_options": {"threshold": 0.5}, "bucket_cap_mb": 4.0,
-                     "workload": "mlp", "workload_options": {}, "batch_size": 16},
-             "parameters": [["module.w", [10]]], "layouts": {"0": {"0": [["module.w", [10]]]}},
-             "ranks": [{"rank": 0, "steps": [{"step": s, "optim_s": 0.01, "optim_cpu_s": 0.08 if cpu else None,
-                                              "buckets": [bucket]} for s in range(2)]}]}
+    trace = tracefile.load(_tiny_trace(path))
+    for step in trace["ranks"][0]["steps"]:
+        step.update(optim_s=0.01, optim_cpu_s=0.08 if cpu else None)
+        if cpu:
+            step["buckets"][0].update(ready_cpu_s=0.12, encode_cpu_s=0.06, decode_cpu_s=0.001)
     tracefile.save(trace, str(path))
     return str(path)
 
@@ -214,14 +212,18 @@ def test_a_spinning_replay_of_a_cpu_trace_waits_its_cpu_times_from_the_trace(tmp
 
 def test_a_cpu_clock_is_refused_before_the_run_where_it_cannot_count(tmp_path):
     """In one sentence when the spec is built, not in the nodes: a trace without the CPU times, or a
-    spin on a GPU (backward on another thread than forward); left out on a GPU, the wall clock."""
+    spin on a GPU (backward on another thread than forward); left out, the clock the spin resolves
+    to (the wall clock on a GPU or without CPU times) is written into the spec."""
     from gctestbed import flags
     from gctestbed.spec import SpecError
     without = _trace_with_cpu_times(tmp_path / "without.json", cpu=False)
     with pytest.raises(SpecError, match="lacks ready_cpu_s"):
         flags.build_spec(replay=f"{without},compute=spin,clock=cpu", steps="2")
-    assert flags.build_spec(replay=f"{without},compute=spin", steps="2").workload_options["clock"] == ""  # the worker's wall
+    # the clock the spin resolved to is written into the run's spec
+    assert flags.build_spec(replay=f"{without},compute=spin", steps="2").workload_options["clock"] == "wall"
     path = _trace_with_cpu_times(tmp_path / "t.json")
+    assert flags.build_spec(replay=f"{path},compute=spin", steps="2").workload_options["clock"] == "cpu"
+    assert flags.build_spec(replay=f"{path},compute=spin,clock=wall", steps="2").workload_options["clock"] == "wall"
     with pytest.raises(SpecError, match="on a GPU"):
         flags.build_spec(replay=f"{path},compute=spin,clock=cpu", steps="2", device="cuda", backend="gloo")
     on_gpu = flags.build_spec(replay=f"{path},compute=spin", steps="2", device="cuda", backend="gloo")
