@@ -977,6 +977,18 @@ def test_judging_every_claim_reads_each_experiment_once_and_judges_as_one_by_one
     assert controls == judge.controls([catalog.BY_ID["d"]], True, str(tmp_path))
 
 
+def test_the_run_time_line_counts_each_sweep_once_however_many_claims_read_it():
+    """By hand: sweep a read by two claims (2 cells, 120 s), sweep b by one (1 cell, 30 s), sweep c
+    read with no cell: a 2.0 min, b 0.5 min, in all 2.5 min, c not named. Planted: summing each
+    claim's figures (a counted twice) -> 4.5 min in all."""
+    from gctestbed.claims import page
+    report = {"claims": [{"cells": {"a": 2}, "run_s": {"a": 120.0}},
+                         {"cells": {"a": 2, "b": 1, "c": 0}, "run_s": {"a": 120.0, "b": 30.0, "c": 0.0}}]}
+    line = page.run_time_line(report)
+    assert "a: 2 cells, 2.0 min; b: 1 cell, 0.5 min; in all 2.5 min." in line and "c:" not in line, line
+    assert page.run_time_line({"claims": [{"cells": {}, "run_s": {}}]}) == ""
+
+
 def test_a_composite_figure_counts_the_runs_of_its_thinner_side():
     """A gain (one difference against none minus another) or a ratio of two ratios shows n: the fewer
     runs of its two figures (by hand: 5 and 3 -> 3), none where either side does not say (planted: no n,
