@@ -288,6 +288,36 @@ def test_a_loss_still_closing_at_the_end_of_the_run_is_inconclusive(tmp_path, ca
     assert s_part["verdict"] == DISAGREE and "not shown to be closing" not in s_part["why"], s_part
 
 
+@pytest.mark.parametrize("case", ["toward", "steady"])
+def test_an_agreement_whose_gap_was_still_moving_toward_its_edge_is_inconclusive(tmp_path, case):
+    """The mirror of the rule above, on w's gain, by hand: with clipping minus without +3, +4, +2
+    points at the end (step 4; mean 3, [0.516, 5.484], above 0: agree). At step 2 the gain was +8,
+    +10, +7 ("toward": it moved -5, -6, -5 toward the edge 0, [-6.767, -3.899], wholly below 0:
+    inconclusive, "still closing", a longer run might disagree) or +1, +2, +5 ("steady": moved +2, +2, -3, mean
+    +0.333, away from the edge: agree stands, no "not shown" in the note). Step 1's evaluation says
+    the opposite. Planted: the rule on disagreements only -> the "toward" case stays agree."""
+    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
+    none, mask = [0.90, 0.80, 0.70], [0.85, 0.76, 0.64]
+    clip_evals = ({1: [0.53, 0.54, 0.52], 2: [0.68, 0.70, 0.67]} if case == "toward"
+                  else {1: [0.58, 0.60, 0.57], 2: [0.61, 0.62, 0.65]})
+    for method, accs, evals in (("none", none, {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_MASK, mask, {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_CLIP, [0.88, 0.80, 0.66], clip_evals),
+                                (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], {1: [0.1] * 3, 2: [0.1] * 3})):
+        for k, acc in enumerate(accs):
+            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 4, acc, 360,
+                 repeat=k, seed=k, evals={step: v[k] for step, v in evals.items()})
+    part = judge.judge(anywhere("w"), True, str(tmp_path))["parts"][0]
+    assert part["value"] == pytest.approx(3.0) and part["low"] == pytest.approx(0.516, abs=1e-3)
+    trend = part["detail"]["trend"]
+    if case == "toward":
+        assert trend["change"] == pytest.approx(-16 / 3) and trend["high"] == pytest.approx(-3.899, abs=1e-3)
+        assert part["verdict"] == INCONCLUSIVE and "still closing" in part["why"] and "might disagree" in part["why"]
+    else:
+        assert trend["change"] == pytest.approx(1 / 3)
+        assert part["verdict"] == AGREE and "gap moved" in part["why"] and "not shown" not in part["why"], part["why"]
+
+
 def test_an_accuracy_claim_is_inconclusive_when_its_positive_control_does_not_lose_visibly(tmp_path):
     """The control must lose more than the part's margin (one point), its whole interval clear:
     losing 0.5 points (or 1.5 with an interval reaching past -1) means the task cannot show a

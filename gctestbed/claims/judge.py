@@ -13,7 +13,7 @@ from . import conditions
 from . import figures as F
 from .catalog import BY_ID, CLAIMS, Claim, Context, Part
 from .experiments import EXPERIMENTS
-from .verdict import DISAGREE, INCONCLUSIVE, OUT_OF_SCOPE, combine
+from .verdict import AGREE, DISAGREE, INCONCLUSIVE, OUT_OF_SCOPE, combine
 
 DEFAULT_RESULTS = "results/claims"
 
@@ -108,8 +108,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             too_easy = control_too_easy(rows, exp.control, margin(part))
             if too_easy:
                 verdict, why = INCONCLUSIVE, too_easy + read.note(name)
-        if verdict == DISAGREE and "trend" in m.detail:
-            verdict, why = still_closing(part, m, verdict, why)
+        if verdict in (AGREE, DISAGREE) and "trend" in m.detail:
+            verdict, why = still_moving(part, m, verdict, why)
         parts.append({**entry, "value": m.value, "low": m.low, "high": m.high, "verdict": verdict, "why": why,
                       "detail": m.detail})
     scales = {p.experiment: EXPERIMENTS[p.experiment].setup(quick).scale for p in claim.parts}
@@ -125,19 +125,24 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "cells_unplanned": {name: len(r.unplanned) for name, r in read_of.items()}, "judged_at": time.time()}
 
 
-def still_closing(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:
-    """An accuracy gap that disagrees, with how it moved over the run's second half beside it
-    (figures._trend). Where it disagrees by falling short of the part's least value (a loss
-    larger than the claim allows) and was still closing at the end (its change's whole interval
-    above 0), it is inconclusive: the sources trained to convergence, and a longer run here might
-    not disagree. Otherwise the verdict stands, and the note says how the gap moved."""
+def still_moving(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:
+    """An accuracy gap judged agree or disagree, with how it moved over the run's second half
+    beside it (figures._trend). Where it was still moving toward the region's edge nearest it at
+    the end (its change's whole interval on that side of 0), the verdict is inconclusive: the
+    sources trained to convergence, and a longer run here might cross the edge ("closing" where the
+    gap shrank toward 0, "widening" where it grew). Otherwise the verdict stands, and the note says
+    how the gap moved (and, where its mean moved toward the edge, that the move was not shown)."""
     t = m.detail["trend"]
     moved = (f"the gap moved {t['change']:+.2f} points [{t['low']:+.2f}, {t['high']:+.2f}] from step "
              f"{t['from_step']} to {t['to_step']} (paired, {t['n']} seeds)")
-    short = part.region.low is not None and m.value < part.region.low
-    if short and t["low"] > 0:
-        return INCONCLUSIVE, f"still closing at the end of the run: {moved}; a longer run might not disagree"
-    return verdict, "; ".join(x for x in (why, moved + (": not shown to be closing" if short else "")) if x)
+    edge = min((e for e in (part.region.low, part.region.high) if e is not None), key=lambda e: abs(e - m.value))
+    toward = 1.0 if edge > m.value else -1.0
+    how = "closing" if toward * m.value < 0 else "widening"
+    if (toward > 0 and t["low"] > 0) or (toward < 0 and t["high"] < 0):
+        return INCONCLUSIVE, (f"still {how} at the end of the run: {moved}; a longer run might "
+                              f"{'not disagree' if verdict == DISAGREE else 'disagree'}")
+    shown = f": not shown to be {how}" if t["change"] * toward > 0 else ""
+    return verdict, "; ".join(x for x in (why, moved + shown) if x)
 
 
 def _both_counts(part: Part, rows: list[cells.Row], ctx: Context, wire: F.Measure, verdict: str, why: str):
