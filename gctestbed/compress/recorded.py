@@ -115,9 +115,11 @@ class RecordedCodec(Compressor):
         if record["numel"] != grad.numel():
             raise RuntimeError(f"step {bucket.step} bucket {bucket.key} holds {grad.numel()} elements, the trace's "
                                f"{record['numel']}: the replay formed buckets the recorded run did not")
-        self.waiter.wait(self.scale * (record.get(self.encode_key) or 0.0))
-        rounds = rounds_of(record)
-        return self._payload(rounds, 0, grad, record, bucket.world)
+        # the payload made inside the recorded time, not after it: the recorded encode held its making too
+        until = self.waiter.clock() + self.scale * (record.get(self.encode_key) or 0.0)
+        payload = self._payload(rounds_of(record), 0, grad, record, bucket.world)
+        self.waiter.until(until)
+        return payload
 
     def _payload(self, rounds, i: int, grad: torch.Tensor, record: dict[str, Any], world: int) -> Payload:
         r = rounds[i]
