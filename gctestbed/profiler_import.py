@@ -9,8 +9,11 @@ buffers in a forward, and the optimizer's ``Optimizer.step#...``. It does not ho
 parameters, so the trace gets one parameter per bucket, of the bucket's size: a replay's DDP then
 forms the profiled buckets (``bucket_cap_mb`` set so that each parameter closes a bucket of its
 own) and sends the profiled bytes when backward released them. The method is DDP's own all-reduce
-(``none``). Gloo jobs only, for now: an NCCL job's CPU-side spans are when work was enqueued, not
-when the GPU did it, and reading its kernels instead has not been checked on a GPU. Why here and
+(``none``). An NCCL job's CPU-side spans are when work was enqueued, not when the GPU did it, so
+there the GPU's own events are read instead (profiled with the CUDA activity): a step starts when
+the GPU began its forward, a bucket is ready when the GPU finished the last kernel launched before
+DDP issued its all-reduce (the collective's stream waits for that point of the compute stream), and
+it is done when NCCL's kernel ended. Why here and
 not the run recorder: the job runs without gctestbed, on the machine that has the model, and only
 the file travels.
 """
@@ -27,6 +30,11 @@ from .tracefile import FORMAT, VERSION, read_json
 # how the profiler names a tensor's element type (its "Input type"), as torch names the dtype
 DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
           "long int": "int64", "int": "int32", "short int": "int16", "bool": "bool", "unsigned char": "uint8", "signed char": "int8"}
+# how the profiler names an NCCL kernel's element type (its ``dtype`` argument)
+NCCL_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+               "Int": "int32", "Long": "int64", "Char": "int8", "Byte": "uint8"}
+# the GPU's own events: kernels, copies and fills, each with the correlation id of its launch
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def load_profile(path: str) -> dict[str, Any]:
@@ -84,7 +92,7 @@ def convert(profiles: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         "format": FORMAT, "version": VERSION,
         "recorded": {"run_id": None, "source": "torch.profiler", "files": [os.path.basename(r["path"]) for r in ranks],
                      "created_at": first["created_at"], "host": first["host"], "cpu": None, "cpus": None, "torch": None,
-                     "gctestbed": None, "launcher": None, "device": "cpu",
+                     "gctestbed": None, "launcher": None, "device": "cuda" if first["backend"] == "nccl" else "cpu",
                      "backend": first["backend"]},
         "job": {"compressor": "none", "compressor_options": {}, "workload": "profile", "workload_options": {},
                 "nodes": first["world_size"], "batch_size": None, "bucket_cap_mb": smallest / 2 ** 20, "mode": "overlap",
@@ -104,17 +112,55 @@ def _sizes(structure: list[tuple[int, str]]) -> str:
 
 def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     """One rank's steps, buckets and buffers, read from its profile's events."""
-    events = sorted((e for e in prof["traceEvents"] if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
+    # (the GPU's copies of the CPU's annotations, on the GPU's timeline, are left out: the spans read here are the CPU's)
+    events = sorted((e for e in prof["traceEvents"] if e.get("ph") == "X" and "dur" in e
+                     and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
     forwards = [e for e in events if e["name"] == "DistributedDataParallel.forward"]
     if len(forwards) < 2:
         raise UserError(f"{path} holds {len(forwards)} DDP forward passes: profile two steps or more of a "
                         "DistributedDataParallel model.")
     info = prof.get("distributedInfo") or {}
-    if info.get("backend") == "nccl" or any(e["name"].startswith("nccl:") for e in events):
-        raise UserError(f"{path} is of an NCCL job: not imported yet, because its CPU-side spans (when a bucket's "
-                        "all-reduce was enqueued, when the forward was launched) are not when the GPU computed them, "
-                        "and reading its kernels' times has not been checked on a GPU.")
+    nccl = info.get("backend") == "nccl" or any(e["name"].startswith("nccl:") for e in events)
     issued = [e for e in events if e["name"] == "c10d::allreduce_"]
+    steps = _gpu_steps(path, events, forwards, issued) if nccl else _cpu_steps(path, events, forwards, issued)
+    later = [tuple((b["numel"], b["dtype"]) for b in s["buckets"]) for s in steps[1:]]
+    if len(set(later)) > 1:
+        raise UserError(f"{path}: its steps exchanged different buckets ({'; '.join(_sizes(list(s)) for s in sorted(set(later)))} "
+                        "elements): a replay repeats one bucket layout.")
+    structure = list(later[0])
+    total = sum(n for n, _ in structure)
+    first = sum(b["numel"] for b in steps[0]["buckets"])
+    if first != total:
+        raise UserError(f"{path}: its first step exchanged {first} elements, its later steps {total}: a replay repeats "
+                        "one model.")
+    # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
+    # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
+    def casts_in(fwd):
+        return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
+    k = min(reversed(range(len(forwards))), key=lambda i: len(casts_in(forwards[i])))
+    fwd, upto = forwards[k], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
+    casts = casts_in(fwd)
+    if nccl and casts:
+        raise UserError(f"{path}: DDP broadcast the model's buffers over NCCL; an NCCL job with buffers is not imported "
+                        "yet (no profile of one has been read on a GPU): profile it with Gloo, or keep its buffers local "
+                        "(broadcast_buffers=False).")
+    sent = _pair(casts, [e for e in events if e["name"] == "gloo:broadcast" and fwd["ts"] <= e["ts"] < upto], every=False)
+    if sent is None:
+        raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
+                        "dtypes are unknown.")
+    buffers = [[f"buffer{i}", [_numel(e)], _dtype(g, path)] for i, (e, g) in enumerate(zip(casts, sent))]
+    optim_names = {e["name"].split("#", 1)[1].split(".")[0].lower() for e in events if e["name"].startswith("Optimizer.step#")}
+    return {"path": path, "rank": int(info.get("rank", 0)), "world_size": int(info.get("world_size", 1)),
+            "backend": "nccl" if nccl else info.get("backend"), "host": prof.get("host_name"),
+            "created_at": (prof["baseTimeNanoseconds"] / 1e9) if prof.get("baseTimeNanoseconds") else None,
+            "optimizer": optim_names.pop() if len(optim_names) == 1 else None,
+            "steps": steps, "structure": structure, "buffers": buffers}
+
+
+def _cpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str, Any]],
+               issued: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Gloo job's steps, from its CPU-side spans: each all-reduce DDP issued, and its run on one of
+    the process group's threads (its dtype, and when it finished)."""
     ran = [e for e in events if e["name"] == "gloo:all_reduce"]
     if issued and not _dims(issued[0]):
         raise UserError(f"{path} was profiled without the tensors' shapes: profile with record_shapes=True.")
@@ -146,34 +192,82 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
                          "ready_s": (e["ts"] - origin) / 1e6,
                          "done_s": (done[id(e)]["ts"] + done[id(e)]["dur"] - origin) / 1e6}
                         for e in mine]})
-    later = [tuple((b["numel"], b["dtype"]) for b in s["buckets"]) for s in steps[1:]]
-    if len(set(later)) > 1:
-        raise UserError(f"{path}: its steps exchanged different buckets ({'; '.join(_sizes(list(s)) for s in sorted(set(later)))} "
-                        "elements): a replay repeats one bucket layout.")
-    structure = list(later[0])
-    total = sum(n for n, _ in structure)
-    first = sum(b["numel"] for b in steps[0]["buckets"])
-    if first != total:
-        raise UserError(f"{path}: its first step exchanged {first} elements, its later steps {total}: a replay repeats "
-                        "one model.")
-    # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
-    # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
-    def casts_in(fwd):
-        return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
-    k = min(reversed(range(len(forwards))), key=lambda i: len(casts_in(forwards[i])))
-    fwd, upto = forwards[k], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
-    casts = casts_in(fwd)
-    sent = _pair(casts, [e for e in events if e["name"] == "gloo:broadcast" and fwd["ts"] <= e["ts"] < upto], every=False)
-    if sent is None:
-        raise UserError(f"{path}: the buffers DDP broadcast in its forward do not match the broadcasts Gloo ran, so their "
-                        "dtypes are unknown.")
-    buffers = [[f"buffer{i}", [_numel(e)], _dtype(g, path)] for i, (e, g) in enumerate(zip(casts, sent))]
-    optim_names = {e["name"].split("#", 1)[1].split(".")[0].lower() for e in events if e["name"].startswith("Optimizer.step#")}
-    return {"path": path, "rank": int(info.get("rank", 0)), "world_size": int(info.get("world_size", 1)),
-            "backend": info.get("backend"), "host": prof.get("host_name"),
-            "created_at": (prof["baseTimeNanoseconds"] / 1e9) if prof.get("baseTimeNanoseconds") else None,
-            "optimizer": optim_names.pop() if len(optim_names) == 1 else None,
-            "steps": steps, "structure": structure, "buffers": buffers}
+    return steps
+
+
+def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str, Any]],
+               issued: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An NCCL job's steps, on the GPU's clock: each GPU event is tied to the CPU call that launched
+    it (the profiler's correlation id), so the CPU's spans say which step, forward, bucket or
+    optimizer a kernel belongs to, and the kernel's own start and end say when the GPU did it."""
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    gpu = [(e, launches[e["args"]["correlation"]]) for e in events
+           if e.get("cat") in GPU_CATS and (e.get("args") or {}).get("correlation") in launches]
+    if not gpu:
+        raise UserError(f"{path} is of an NCCL job profiled without its GPU's events: profile it with "
+                        "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].")
+    kernels = [(e, at) for e, at in gpu if e["name"].startswith("nccl")]
+    compute = [(e, at) for e, at in gpu if not e["name"].startswith("nccl")]
+
+    def launched(pairs, lo, hi):
+        return [e for e, at in pairs if lo <= at["ts"] < hi]
+
+    steps = []
+    origins = []
+    for fwd in forwards:
+        ran = launched(compute, fwd["ts"], fwd["ts"] + fwd["dur"])
+        if not ran:
+            raise UserError(f"{path}: a DDP forward launched nothing on the GPU: a model on the CPU under NCCL?")
+        origins.append(min(e["ts"] for e in ran))
+    for k, fwd in enumerate(forwards):
+        start, end, origin = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf, origins[k]
+        mine = [e for e in issued if start <= e["ts"] < end]
+        if not mine:
+            raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
+                            "or no_sync): nothing to replay.")
+        buckets = []
+        for e in mine:
+            ran = launched(kernels, e["ts"], e["ts"] + e["dur"])
+            if len(ran) != 1:
+                raise UserError(f"{path}: an all-reduce DDP issued launched {len(ran)} NCCL kernels, not one: a profile "
+                                "without the GPU's events for it, or cut inside a step?")
+            kernel, before = ran[0], launched(compute, start, e["ts"])
+            if not before:
+                raise UserError(f"{path}: step {k} issued an all-reduce before its forward launched anything on the GPU.")
+            buckets.append({"numel": _kernel_numel(kernel, e, path), "dtype": _nccl_dtype(kernel, path),
+                            "ready_s": (max(g["ts"] + g["dur"] for g in before) - origin) / 1e6,
+                            "done_s": (kernel["ts"] + kernel["dur"] - origin) / 1e6})
+        forward = launched(compute, start, start + fwd["dur"])
+        optim = [g for o in events if o["name"].startswith("Optimizer.step#") and start <= o["ts"] < end
+                 for g in launched(compute, o["ts"], o["ts"] + o["dur"])]
+        done = max(b["done_s"] for b in buckets) * 1e6 + origin
+        last = max([g["ts"] + g["dur"] for g in optim] + [done])
+        steps.append({
+            "step_s": ((origins[k + 1] if k + 1 < len(forwards) else last) - origin) / 1e6,
+            "compute_s": ((min(g["ts"] for g in optim) if optim else last) - origin) / 1e6,
+            "forward_s": (max(g["ts"] + g["dur"] for g in forward) - origin) / 1e6,
+            "optim_s": (max(g["ts"] + g["dur"] for g in optim) - min(g["ts"] for g in optim)) / 1e6 if optim else None,
+            "buckets": buckets})
+    return steps
+
+
+def _kernel_numel(kernel: dict[str, Any], issued: dict[str, Any], path: str) -> int:
+    """The elements NCCL's kernel reduced (the profiler's ``In msg nelems``), or the issued tensor's."""
+    numel = (kernel.get("args") or {}).get("In msg nelems")
+    if numel is None:
+        if not _dims(issued):
+            raise UserError(f"{path}: its NCCL kernels do not say their sizes: profile with record_shapes=True.")
+        return _numel(issued)
+    return int(numel)
+
+
+def _nccl_dtype(kernel: dict[str, Any], path: str) -> str:
+    """The dtype of NCCL's kernel, as torch names it; one UserError where the profile names one not known here."""
+    name = (kernel.get("args") or {}).get("dtype")
+    if name not in NCCL_DTYPES:
+        raise UserError(f"{path}: an NCCL kernel's dtype is {name!r}, not one of {', '.join(NCCL_DTYPES)}.")
+    return NCCL_DTYPES[name]
 
 
 def _pair(issued: list[dict[str, Any]], ran: list[dict[str, Any]], every: bool = True) -> list[dict[str, Any]] | None:
