@@ -798,6 +798,7 @@ def test_claim_i_is_judged_on_the_tau_curve_worked_by_hand(tmp_path):
     brittle = judge_i(tmp_path / "brittle", [(0.60, 10_000), (0.598, 2_000), (0.54, 500), (0.30, 100), (0.20, 10)])
     kept, first = brittle["parts"]
     assert kept["value"] == pytest.approx(5.0) and kept["verdict"] == AGREE
+    assert kept["detail"]["n"] == first["detail"]["n"] == 2     # two paired seeds behind every figure the parts read
     assert first["value"] == pytest.approx(-6.0) and first["detail"]["ratio"] == pytest.approx(20.0)
     assert brittle["verdict"] == AGREE
     robust = judge_i(tmp_path / "robust", [(0.60, 10_000), (0.598, 2_000), (0.60, 500), (0.50, 100), (0.20, 10)])
