@@ -12,8 +12,9 @@ own) and sends the profiled bytes when backward released them. The method is DDP
 (``none``). An NCCL job's CPU-side spans are when work was enqueued, not when the GPU did it, so
 there the GPU's own events are read instead (profiled with the CUDA activity): a step starts when
 the GPU began its forward, a bucket is ready when the GPU finished the last kernel launched before
-DDP issued its all-reduce (the collective's stream waits for that point of the compute stream), and
-it is done when NCCL's kernel ended. Why here and
+DDP issued its all-reduce (the collective's stream waits for that point of the compute stream) or
+NCCL's kernel was launched, whichever was later, and it is done when NCCL's kernel ended. One
+compute stream on one GPU only: with work on others, what a bucket waited for is not known. Why here and
 not the run recorder: the job runs without gctestbed, on the machine that has the model, and only
 the file travels.
 """
@@ -202,13 +203,23 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
     optimizer a kernel belongs to, and the kernel's own start and end say when the GPU did it."""
     launches = {e["args"]["correlation"]: e for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
-    gpu = [(e, launches[e["args"]["correlation"]]) for e in events
-           if e.get("cat") in GPU_CATS and (e.get("args") or {}).get("correlation") in launches]
-    if not gpu:
+    every = [e for e in events if e.get("cat") in GPU_CATS]
+    if not every:
         raise UserError(f"{path} is of an NCCL job profiled without its GPU's events: profile it with "
                         "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].")
+    unlaunched = [e for e in every if (e.get("args") or {}).get("correlation") not in launches]
+    if unlaunched:
+        raise UserError(f"{path}: {len(unlaunched)} of its GPU events have no CPU call that launched them (no "
+                        "correlation id), so their step cannot be told: a profile cut, or work launched outside it?")
+    gpu = [(e, launches[e["args"]["correlation"]]) for e in every]
     kernels = [(e, at) for e, at in gpu if e["name"].startswith("nccl")]
     compute = [(e, at) for e, at in gpu if not e["name"].startswith("nccl")]
+    # ready is read off one stream: the one ProcessGroupNCCL's stream waits on when a bucket is issued
+    streams = {((e.get("args") or {}).get("device"), (e.get("args") or {}).get("stream")) for e, _ in compute}
+    if len(streams) > 1:
+        raise UserError(f"{path}: its GPU work ran on {len(streams)} streams or GPUs besides NCCL's; a job with work "
+                        "beside its compute stream (side streams, several GPUs) is not read yet, because what a bucket "
+                        "waited for on the GPU cannot be told from the CPU's order alone.")
 
     def launched(pairs, lo, hi):
         return [e for e, at in pairs if lo <= at["ts"] < hi]
@@ -218,7 +229,8 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
     for fwd in forwards:
         ran = launched(compute, fwd["ts"], fwd["ts"] + fwd["dur"])
         if not ran:
-            raise UserError(f"{path}: a DDP forward launched nothing on the GPU: a model on the CPU under NCCL?")
+            raise UserError(f"{path}: a DDP forward launched nothing on the GPU (a profile cut inside a step, or a model "
+                            "on the CPU under NCCL?).")
         origins.append(min(e["ts"] for e in ran))
     for k, fwd in enumerate(forwards):
         start, end, origin = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf, origins[k]
@@ -232,15 +244,19 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
             if len(ran) != 1:
                 raise UserError(f"{path}: an all-reduce DDP issued launched {len(ran)} NCCL kernels, not one: a profile "
                                 "without the GPU's events for it, or cut inside a step?")
-            kernel, before = ran[0], launched(compute, start, e["ts"])
+            (kernel, call), = [(g, at) for g, at in kernels if g is ran[0]]
+            before = launched(compute, start, e["ts"])
             if not before:
                 raise UserError(f"{path}: step {k} issued an all-reduce before its forward launched anything on the GPU.")
+            # ready: the GPU done with what came before the issue, and the kernel launched (a CPU behind its GPU)
             buckets.append({"numel": _kernel_numel(kernel, e, path), "dtype": _nccl_dtype(kernel, path),
-                            "ready_s": (max(g["ts"] + g["dur"] for g in before) - origin) / 1e6,
+                            "ready_s": (max(max(g["ts"] + g["dur"] for g in before), call["ts"] + call["dur"]) - origin) / 1e6,
                             "done_s": (kernel["ts"] + kernel["dur"] - origin) / 1e6})
         forward = launched(compute, start, start + fwd["dur"])
-        optim = [g for o in events if o["name"].startswith("Optimizer.step#") and start <= o["ts"] < end
-                 for g in launched(compute, o["ts"], o["ts"] + o["dur"])]
+        stepped = [o for o in events if o["name"].startswith("Optimizer.step#") and start <= o["ts"] < end]
+        optim = [g for o in stepped for g in launched(compute, o["ts"], o["ts"] + o["dur"])]
+        if stepped and not optim:
+            raise UserError(f"{path}: step {k}'s optimizer launched nothing on the GPU (a profile cut inside a step?).")
         done = max(b["done_s"] for b in buckets) * 1e6 + origin
         last = max([g["ts"] + g["dur"] for g in optim] + [done])
         steps.append({
