@@ -225,13 +225,11 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
         return [e for e, at in pairs if lo <= at["ts"] < hi]
 
     steps = []
-    origins = []
-    for fwd in forwards:
-        ran = launched(compute, fwd["ts"], fwd["ts"] + fwd["dur"])
-        if not ran:
-            raise UserError(f"{path}: a DDP forward launched nothing on the GPU (a profile cut inside a step, or a model "
-                            "on the CPU under NCCL?).")
-        origins.append(min(e["ts"] for e in ran))
+    ran_forward = [launched(compute, fwd["ts"], fwd["ts"] + fwd["dur"]) for fwd in forwards]
+    if not all(ran_forward):
+        raise UserError(f"{path}: a DDP forward launched nothing on the GPU (a profile cut inside a step, or a model "
+                        "on the CPU under NCCL?).")
+    origins = [min(e["ts"] for e in ran) for ran in ran_forward]
     for k, fwd in enumerate(forwards):
         start, end, origin = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf, origins[k]
         mine = [e for e in issued if start <= e["ts"] < end]
@@ -240,11 +238,11 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
                             "or no_sync): nothing to replay.")
         buckets = []
         for e in mine:
-            ran = launched(kernels, e["ts"], e["ts"] + e["dur"])
+            ran = [(g, at) for g, at in kernels if e["ts"] <= at["ts"] < e["ts"] + e["dur"]]
             if len(ran) != 1:
                 raise UserError(f"{path}: an all-reduce DDP issued launched {len(ran)} NCCL kernels, not one: a profile "
                                 "without the GPU's events for it, or cut inside a step?")
-            (kernel, call), = [(g, at) for g, at in kernels if g is ran[0]]
+            (kernel, call), = ran
             before = launched(compute, start, e["ts"])
             if not before:
                 raise UserError(f"{path}: step {k} issued an all-reduce before its forward launched anything on the GPU.")
@@ -252,13 +250,12 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
             buckets.append({"numel": _kernel_numel(kernel, e, path), "dtype": _nccl_dtype(kernel, path),
                             "ready_s": (max(max(g["ts"] + g["dur"] for g in before), call["ts"] + call["dur"]) - origin) / 1e6,
                             "done_s": (kernel["ts"] + kernel["dur"] - origin) / 1e6})
-        forward = launched(compute, start, start + fwd["dur"])
+        forward = ran_forward[k]
         stepped = [o for o in events if o["name"].startswith("Optimizer.step#") and start <= o["ts"] < end]
         optim = [g for o in stepped for g in launched(compute, o["ts"], o["ts"] + o["dur"])]
         if stepped and not optim:
             raise UserError(f"{path}: step {k}'s optimizer launched nothing on the GPU (a profile cut inside a step?).")
-        done = max(b["done_s"] for b in buckets) * 1e6 + origin
-        last = max([g["ts"] + g["dur"] for g in optim] + [done])
+        last = max([g["ts"] + g["dur"] for g in optim] + [origin + 1e6 * b["done_s"] for b in buckets])
         steps.append({
             "step_s": ((origins[k + 1] if k + 1 < len(forwards) else last) - origin) / 1e6,
             "compute_s": ((min(g["ts"] for g in optim) if optim else last) - origin) / 1e6,

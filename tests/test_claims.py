@@ -248,6 +248,20 @@ def test_a_gain_between_two_variants_is_a_paired_t_interval_on_their_own_differe
     assert part["detail"]["seeds"] == [0, 1, 2] and part["detail"]["n"] == 3
 
 
+def _clipping_store(tmp_path, clip_accs: list[float], clip_evals: dict, *more: tuple) -> None:
+    """The accuracy-sgd store w's trend tests judge: three paired seeds of none (90, 80, 70 %), masking
+    (85, 76, 64), clipping at ``clip_accs`` with its evaluations at steps 1 and 2, the control 60 points
+    under none, and ``more`` (method, accuracies, evaluations)."""
+    name, none = EXPERIMENTS["accuracy-sgd"].sweep_name(True), [0.90, 0.80, 0.70]
+    for method, accs, evals in (("none", none, {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_MASK, [0.85, 0.76, 0.64], {1: [0.5] * 3, 2: [0.6] * 3}),
+                                (X.DGC_CLIP, clip_accs, clip_evals), *more,
+                                (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], {1: [0.1] * 3, 2: [0.1] * 3})):
+        for k, acc in enumerate(accs):
+            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 4, acc, 360,
+                 repeat=k, seed=k, evals={step: v[k] for step, v in evals.items()})
+
+
 @pytest.mark.parametrize("case", ["closing", "crossing"])
 def test_a_loss_still_closing_at_the_end_of_the_run_is_inconclusive(tmp_path, case):
     """w's gain, by hand, at the end (step 4): with clipping minus without -3, -4, -2 points on seeds
@@ -261,18 +275,10 @@ def test_a_loss_still_closing_at_the_end_of_the_run_is_inconclusive(tmp_path, ca
     moving up is no loss closing there, so it stays disagree. Planted: no trend rule, or the first
     evaluation instead of the nearest half-way, or the crossing mean taken as closing, or the rule
     on either side of a region -> a case fails."""
-    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
-    none, mask = [0.90, 0.80, 0.70], [0.85, 0.76, 0.64]
     clip_evals = ({1: [0.47, 0.46, 0.48], 2: [0.52, 0.50, 0.53]} if case == "closing"
                   else {1: [0.42, 0.40, 0.43], 2: [0.55, 0.53, 0.60]})
-    for method, accs, evals in (("none", none, {1: [0.5] * 3, 2: [0.6] * 3}),
-                                (X.DGC_MASK, mask, {1: [0.5] * 3, 2: [0.6] * 3}),
-                                (X.DGC_CLIP, [0.82, 0.72, 0.62], clip_evals),
-                                (X.TWOBIT_DISCARD, [0.905, 0.804, 0.706], {1: [0.45] * 3, 2: [0.55] * 3}),
-                                (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], {1: [0.1] * 3, 2: [0.1] * 3})):
-        for k, acc in enumerate(accs):
-            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 4, acc, 360,
-                 repeat=k, seed=k, evals={step: v[k] for step, v in evals.items()})
+    _clipping_store(tmp_path, [0.82, 0.72, 0.62], clip_evals,
+                    (X.TWOBIT_DISCARD, [0.905, 0.804, 0.706], {1: [0.45] * 3, 2: [0.55] * 3}))
     part = judge.judge(anywhere("w"), True, str(tmp_path))["parts"][0]
     assert part["value"] == pytest.approx(-3.0) and part["high"] == pytest.approx(-0.516, abs=1e-3)
     trend = part["detail"]["trend"]
@@ -296,17 +302,9 @@ def test_an_agreement_whose_gap_was_still_moving_toward_its_edge_is_inconclusive
     inconclusive, "still closing", a longer run might disagree) or +1, +2, +5 ("steady": moved +2, +2, -3, mean
     +0.333, away from the edge: agree stands, no "not shown" in the note). Step 1's evaluation says
     the opposite. Planted: the rule on disagreements only -> the "toward" case stays agree."""
-    name = EXPERIMENTS["accuracy-sgd"].sweep_name(True)
-    none, mask = [0.90, 0.80, 0.70], [0.85, 0.76, 0.64]
     clip_evals = ({1: [0.53, 0.54, 0.52], 2: [0.68, 0.70, 0.67]} if case == "toward"
                   else {1: [0.58, 0.60, 0.57], 2: [0.61, 0.62, 0.65]})
-    for method, accs, evals in (("none", none, {1: [0.5] * 3, 2: [0.6] * 3}),
-                                (X.DGC_MASK, mask, {1: [0.5] * 3, 2: [0.6] * 3}),
-                                (X.DGC_CLIP, [0.88, 0.80, 0.66], clip_evals),
-                                (EXPERIMENTS["accuracy-sgd"].control, [a - 0.6 for a in none], {1: [0.1] * 3, 2: [0.1] * 3})):
-        for k, acc in enumerate(accs):
-            cell(str(tmp_path), name, params_of("accuracy-sgd", compressor=method), [0.1] * 4, acc, 360,
-                 repeat=k, seed=k, evals={step: v[k] for step, v in evals.items()})
+    _clipping_store(tmp_path, [0.88, 0.80, 0.66], clip_evals)
     part = judge.judge(anywhere("w"), True, str(tmp_path))["parts"][0]
     assert part["value"] == pytest.approx(3.0) and part["low"] == pytest.approx(0.516, abs=1e-3)
     trend = part["detail"]["trend"]

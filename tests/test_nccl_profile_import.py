@@ -15,6 +15,7 @@ predecessor's ready and done (in these profiles backward ended before the first 
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -38,11 +39,17 @@ def _convert(cap: int) -> dict:
     return profiler_import.convert([(p, profiler_import.load_profile(p)) for p in _paths(cap)])
 
 
+@functools.lru_cache(maxsize=None)
+def _events(path: str) -> list[dict]:
+    """A profile's events, read once for every check below (read-only)."""
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
 def _annotations(path: str, name: str) -> list[dict]:
     """The GPU's side of a CPU annotation (``gpu_user_annotation``), in order: the profiler itself
     (Kineto) spans the GPU work the annotated CPU range launched, apart from the importer's code."""
-    with gzip.open(path) as f:
-        events = json.load(f)["traceEvents"]
+    events = _events(path)
     return sorted((e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith(name)),
                   key=lambda e: e["ts"])
 
@@ -50,8 +57,7 @@ def _annotations(path: str, name: str) -> list[dict]:
 def _nccl_kernels(path: str) -> list[tuple[dict, float]]:
     """The all-reduce kernels of a profile, in the order the GPU ran them, each with when the CPU's call
     that launched it returned (the CUDA runtime's or driver's event of the same correlation id)."""
-    with gzip.open(path) as f:
-        events = json.load(f)["traceEvents"]
+    events = _events(path)
     calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
              and "correlation" in e.get("args", {})}
     kernels = sorted((e for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_AllReduce")),
