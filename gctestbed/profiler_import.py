@@ -21,6 +21,7 @@ the file travels.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from typing import Any
@@ -221,29 +222,30 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
                         "beside its compute stream (side streams, several GPUs) is not read yet, because what a bucket "
                         "waited for on the GPU cannot be told from the CPU's order alone.")
 
-    def launched(pairs, lo, hi):
-        return [e for e, at in pairs if lo <= at["ts"] < hi]
-
+    by_launch = _Launched(compute)
+    nccl_by_launch = _Launched(kernels)
+    optimizers = _Launched([(o, o) for o in events if o["name"].startswith("Optimizer.step#")])
     steps = []
-    ran_forward = [launched(compute, fwd["ts"], fwd["ts"] + fwd["dur"]) for fwd in forwards]
+    ran_forward = [by_launch.between(fwd["ts"], fwd["ts"] + fwd["dur"]) for fwd in forwards]
     if not all(ran_forward):
         raise UserError(f"{path}: a DDP forward launched nothing on the GPU (a profile cut inside a step, or a model "
                         "on the CPU under NCCL?).")
     origins = [min(e["ts"] for e in ran) for ran in ran_forward]
+    issued_at = [e["ts"] for e in issued]
     for k, fwd in enumerate(forwards):
         start, end, origin = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf, origins[k]
-        mine = [e for e in issued if start <= e["ts"] < end]
+        mine = issued[bisect.bisect_left(issued_at, start):bisect.bisect_left(issued_at, end)]
         if not mine:
             raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
                             "or no_sync): nothing to replay.")
         buckets = []
         for e in mine:
-            ran = [(g, at) for g, at in kernels if e["ts"] <= at["ts"] < e["ts"] + e["dur"]]
+            ran = nccl_by_launch.between(e["ts"], e["ts"] + e["dur"], pairs=True)
             if len(ran) != 1:
                 raise UserError(f"{path}: an all-reduce DDP issued launched {len(ran)} NCCL kernels, not one: a profile "
                                 "without the GPU's events for it, or cut inside a step?")
             (kernel, call), = ran
-            before = launched(compute, start, e["ts"])
+            before = by_launch.between(start, e["ts"])
             if not before:
                 raise UserError(f"{path}: step {k} issued an all-reduce before its forward launched anything on the GPU.")
             # ready: the GPU done with what came before the issue, and the kernel launched (a CPU behind its GPU)
@@ -251,8 +253,8 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
                             "ready_s": (max(max(g["ts"] + g["dur"] for g in before), call["ts"] + call["dur"]) - origin) / 1e6,
                             "done_s": (kernel["ts"] + kernel["dur"] - origin) / 1e6})
         forward = ran_forward[k]
-        stepped = [o for o in events if o["name"].startswith("Optimizer.step#") and start <= o["ts"] < end]
-        optim = [g for o in stepped for g in launched(compute, o["ts"], o["ts"] + o["dur"])]
+        stepped = optimizers.between(start, end)
+        optim = [g for o in stepped for g in by_launch.between(o["ts"], o["ts"] + o["dur"])]
         if stepped and not optim:
             raise UserError(f"{path}: step {k}'s optimizer launched nothing on the GPU (a profile cut inside a step?).")
         last = max([g["ts"] + g["dur"] for g in optim] + [origin + 1e6 * b["done_s"] for b in buckets])
@@ -263,6 +265,22 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
             "optim_s": (max(g["ts"] + g["dur"] for g in optim) - min(g["ts"] for g in optim)) / 1e6 if optim else None,
             "buckets": buckets})
     return steps
+
+
+class _Launched:
+    """Events, each with the CPU span that placed it (a GPU event with its launch; a CPU span with
+    itself), in the order of that span's start, so that what a span of the CPU's timeline placed is
+    found by bisection: a profile of thousands of steps is read in time that grows with its events,
+    not with its events times its steps."""
+
+    def __init__(self, pairs: list[tuple[dict[str, Any], dict[str, Any]]]):
+        self.pairs = sorted(pairs, key=lambda p: p[1]["ts"])
+        self.at = [at["ts"] for _, at in self.pairs]
+
+    def between(self, lo: float, hi: float, pairs: bool = False) -> list:
+        """The events launched in [lo, hi), in launch order (with their launches, with ``pairs``)."""
+        chosen = self.pairs[bisect.bisect_left(self.at, lo):bisect.bisect_left(self.at, hi)]
+        return chosen if pairs else [e for e, _ in chosen]
 
 
 def _kernel_numel(kernel: dict[str, Any], issued: dict[str, Any], path: str) -> int:
