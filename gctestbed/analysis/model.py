@@ -210,8 +210,15 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
 
     lam = 1.0
     if base:
+        # the least median error; where cells that λ does not touch (communication hides the compute) hold
+        # the median at 0 for a range of λ, the least mean error among those, then the λ nearest 1. The
+        # median is compared to 1e-9 (relative): a tie must not be broken by rounding in the fitted α and η
         grid = [0.25 + 0.005 * i for i in range(751)]          # 0.25 .. 4
-        lam = min(grid, key=lambda g: (statistics.median(abs(e) for e in errors(g, base)), abs(g - 1)))
+
+        def score(g: float) -> tuple:
+            errs = [abs(e) for e in errors(g, base)]
+            return round(statistics.median(errs), 9), round(statistics.fmean(errs), 9), abs(g - 1)
+        lam = min(grid, key=score)
     result = Fit(variant, lam, alpha, eta)
     for r in usable:
         whole, tail = _comm(r, alpha, eta)
