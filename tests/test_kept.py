@@ -17,8 +17,6 @@ import time
 
 import statistics
 
-import psutil
-
 import pytest
 
 from gctestbed import flags, results, runner, sweep
@@ -295,53 +293,3 @@ def test_a_built_network_fits_cells_that_differ_only_in_their_links():
     netem = _built(flags.build_spec(nodes="2", latency="5ms"), "netem")
     assert topology.fits(netem, flags.build_spec(nodes="2", latency="9ms").network(), "auto")
     assert not topology.fits(netem, flags.build_spec(nodes="2").network(), "auto")
-
-
-@pytest.mark.root
-@pytest.mark.slow
-def test_a_lone_run_forks_its_nodes_from_a_fork_server_started_before_its_options_are_parsed(tmp_path, state_dir,
-                                                                                               monkeypatch):
-    """`gctestbed run` of a built-in workload: while its options are parsed (flags.build_spec, which
-    imports torch), its fork server is already a live process importing beside it; the run's nodes
-    are then forked on a network kept for that one run (its environment names the kept network,
-    cell 1). A run of a user's program starts interpreters as before, and a bad option leaves no
-    fork server behind. Planted: the server started at the network's build, or the run not
-    using it, each fail here."""
-    from click.testing import CliRunner
-    from gctestbed.cli import main
-    from gctestbed.launch import state as ledger
-    parsing: list[list[bool]] = []
-    build = flags.build_spec
-
-    def spying(**kw):
-        servers = [s for s in ledger.load_all() if s.meta.get("kind") == "fork server"]
-        parsing.append([psutil.pid_exists(o["pid"]) for s in servers for o in s.objects if o["kind"] == "process"])
-        return build(**kw)
-    monkeypatch.setattr(flags, "build_spec", spying)
-    common = ["run", "--nodes", "2", "--bw", "200mbit", "--steps", "2", "--no-calibrate", "--results", str(tmp_path / "r")]
-    done = CliRunner().invoke(main, [*common, "--workload", SMALL, "--batch-size", "16"])
-    assert done.exit_code == 0, done.output + repr(done.exception)
-    assert parsing == [[True]]                     # one fork server, alive, while the options were parsed
-    (run_id,) = _run_ids(tmp_path / "r")
-    summary = show(tmp_path / "r", run_id)
-    assert summary["status"] == "ok" and summary["environment"]["shaping"]["kept_network"]["cell"] == 1
-    assert leftovers() == []
-    # a user's program: interpreters of its own, no fork server while parsing
-    user = CliRunner().invoke(main, [*common, "--", sys.executable, "-c", "print('ok')"])
-    assert user.exit_code == 0, user.output + repr(user.exception)
-    assert parsing[1] == []
-    runs = _run_ids(tmp_path / "r")
-    assert len(runs) == 2 and "kept_network" not in show(tmp_path / "r", runs[1])["environment"]["shaping"]
-    # a bad option: the early fork server goes with the error
-    bad = CliRunner().invoke(main, [*common, "--compressor", "no-such-method"])
-    assert bad.exit_code != 0 and "no-such-method" in bad.output + str(bad.exception)
-    assert parsing[2] == [True] and leftovers() == []
-    _no_ledgers(state_dir)
-
-
-def _run_ids(results_dir) -> list[str]:
-    conn = results.connect(str(results_dir))
-    try:
-        return [r["run_id"] for r in conn.execute("SELECT run_id FROM runs ORDER BY rowid")]
-    finally:
-        conn.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -14,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import flags, results, runner, tracefile
 from .. import trace as trace_
-from ..launch.kept import kept_for
 from .. import sweep as sweep_
 from .. import verify as verify_
 from ..spec import KERNEL_MODES, LAUNCHERS, SpecError, UserError, format_duration, format_rate, parse_rate
@@ -53,18 +51,6 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
     in it installs --compressor and records each step (see docs/guide.md).
     """
-    # a built-in workload's nodes on this host are forked by a fork server that starts now, importing
-    # torch beside this process's own parse of the options (KeptNetwork(early)), as a one-cell sweep
-    forked = launcher == "netns" and not command and not faults
-    with kept_for("run", early=True) if forked else contextlib.nullcontext() as kept:
-        _run(kept, nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss,
-             compressor, kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed,
-             bucket_cap_mb, timeout, faults, cpus_per_node, dilate, results_dir, command, replay, record_trace)
-
-
-def _run(kept, nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, calibrate, accept_miss, compressor,
-         kernel_mode, workload, mode, launcher, steps, batch_size, optimizer, lr, comm, eval_every, seed, bucket_cap_mb,
-         timeout, faults, cpus_per_node, dilate, results_dir, command, replay, record_trace) -> None:
     spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
                             latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
                             workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
@@ -88,7 +74,7 @@ def _run(kept, nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology
             bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
         try:
-            summary = runner.run(spec, progress, lambda text: bar.update(task, info=text), kept=kept)
+            summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
         except runner.Interrupted as e:
             console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
             sys.exit(130)

@@ -1,6 +1,5 @@
 """The fork server: one interpreter that imports torch and the worker once, then forks a fresh
-worker for every node of every cell of a sweep (or of a lone run of a built-in workload), inside
-the node's namespace and CPU share.
+worker for every node of every cell of a sweep, inside the node's namespace and CPU share.
 
 Starting a worker from scratch costs an interpreter and torch's imports, about 1.5 s of CPU per
 node (torch and the lazy import of torch._dynamo by DDP's constructor), which on a 2-core host was
@@ -16,7 +15,7 @@ and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...},
 "netns": NAME, "cgroup": PATH}`` (the last two may be null) and reads ``{"pid": N}``, then, when
 the worker ends, ``{"exit": CODE}`` (negative: killed by that signal, as Popen has it). ``Forked``
 is that client, shaped like Popen for the runner (``load_kernels`` asks the server to load the
-native kernels first). The server ends when its parent (the sweep or run)
+native kernels first). The server ends when its parent (the sweep)
 does, killing the workers it still has.
 """
 

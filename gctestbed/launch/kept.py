@@ -5,8 +5,7 @@ for its own steps and calibration and not for building a network and starting in
 A cell fits when only its links differ (rates, delays: re-shaped in place) or nothing does. A
 cell with another node count, topology or CPU cap, or a change between some delay and none,
 replaces the kept network with one of its own; cells with faults, on docker or running a user's
-program cannot use one at all and build theirs, as a lone run of them does (a lone run of a
-built-in workload on namespaces uses one, kept for its one run: ``kept_for(early=True)``). Each cell is still a run of
+program cannot use one at all and build theirs as a lone run does. Each cell is still a run of
 its own in the store, with its own ledger for its workers, which are forked fresh by the fork
 server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
 before them but imported code. The kept network and the fork server have ledgers of their own,
@@ -45,19 +44,13 @@ class KeptNetwork:
     """What consecutive cells share, built by the first that needs it, until ``close``: a network
     (rebuilt when a cell does not fit it) and the fork server (kept across rebuilds)."""
 
-    def __init__(self, early: bool = False):
-        """``early``: start the fork server now, so that its imports run beside the caller's own
-        (a lone run's parse of its options imports torch too; on two cores the two take the time of
-        one), instead of after the network is built."""
+    def __init__(self):
         self.cluster: NetnsCluster | None = None
         self.nodes: list[Node] = []
         self.cells = 0                          # cells the network served since it was built
-        self.socket: str | None = None          # the fork server's, once it said it is ready
+        self.socket: str | None = None          # the fork server's
         self.kernels = False                    # whether the fork server has loaded the native kernels
         self._server: RunState | None = None    # the fork server's ledger: its process and directory
-        self._starting: tuple[subprocess.Popen, str, str] | None = None    # started, not yet ready: (process, socket, log)
-        if early:
-            self._spawn_server()
 
     @staticmethod
     def takes(spec: RunSpec) -> bool:
@@ -110,11 +103,9 @@ class KeptNetwork:
     def close(self) -> list[str]:
         """Remove the network, the fork server and the CPU shares; what could not be removed."""
         problems = self._remove_network()
-        if self._starting is not None:
-            self._starting[0].stdout.close()
         if self._server is not None:
             problems += self._server.undo()
-            self._server, self.socket, self.kernels, self._starting = None, None, False, None
+            self._server, self.socket, self.kernels = None, None, False
         return problems
 
     def _remove_network(self) -> list[str]:
@@ -125,18 +116,7 @@ class KeptNetwork:
         return problems
 
     def _start_server(self) -> None:
-        """The fork server, in this host's namespace (each worker enters its node's), ready."""
-        if self._starting is None:
-            self._spawn_server()
-        proc, sock, log = self._starting
-        if proc.stdout.readline().strip() != forkserver.READY:
-            tail = read_text(log).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"the fork server did not start: {tail[0]}")
-        proc.stdout.close()
-        self._starting, self.socket = None, sock
-
-    def _spawn_server(self) -> None:
-        """The fork server's process, in its ledger from the start; it imports while we go on."""
+        """The fork server, in this host's namespace (each worker enters its node's)."""
         self._server = RunState.create()
         self._server.update(meta={"kind": "fork server"})
         directory = os.path.join(tempfile.gettempdir(), f"gct-{self._server.run_id}-server")
@@ -147,15 +127,19 @@ class KeptNetwork:
             proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", sock], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=out, start_new_session=True, text=True)
         self._server.add("process", name="fork server", pid=proc.pid)
-        self._starting = (proc, sock, log)
+        if proc.stdout.readline().strip() != forkserver.READY:
+            tail = read_text(log).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"the fork server did not start: {tail[0]}")
+        proc.stdout.close()
+        self.socket = sock
 
 
 @contextlib.contextmanager
-def kept_for(what: str, early: bool = False) -> Iterator[KeptNetwork]:
+def kept_for(what: str) -> Iterator[KeptNetwork]:
     """A kept network for the consecutive runs of one command (``what``: its name, for the error),
     closed when they end; what it could not remove is an error where the runs raised none, and a
-    note on the error where they did. ``early``: its fork server starts now (KeptNetwork)."""
-    kept = KeptNetwork(early)
+    note on the error where they did."""
+    kept = KeptNetwork()
     try:
         yield kept
     except BaseException as e:
