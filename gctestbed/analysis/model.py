@@ -211,14 +211,14 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
     lam = 1.0
     if base:
         # the least median error; where cells that λ does not touch (communication hides the compute) hold
-        # the median at 0 for a range of λ, the least mean error among those, then the λ nearest 1. The
-        # median is compared to 1e-9 (relative): a tie must not be broken by rounding in the fitted α and η
+        # the median flat over a range of λ, the least mean error among those, then the λ nearest 1. "Flat"
+        # is within 1e-9 (relative): a tie must not be broken by rounding in the fitted α and η
         grid = [0.25 + 0.005 * i for i in range(751)]          # 0.25 .. 4
-
-        def score(g: float) -> tuple:
-            errs = [abs(e) for e in errors(g, base)]
-            return round(statistics.median(errs), 9), round(statistics.fmean(errs), 9), abs(g - 1)
-        lam = min(grid, key=score)
+        left = {g: [abs(e) for e in errors(g, base)] for g in grid}
+        for measure in (statistics.median, statistics.fmean):
+            best = min(measure(v) for v in left.values())
+            left = {g: v for g, v in left.items() if measure(v) <= best + 1e-9}
+        lam = min(left, key=lambda g: abs(g - 1))
     result = Fit(variant, lam, alpha, eta)
     for r in usable:
         whole, tail = _comm(r, alpha, eta)
