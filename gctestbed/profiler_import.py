@@ -137,8 +137,10 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
                         "one model.")
     # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
     # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
+    broadcasts = _spans(e for e in events if e["name"] == "c10d::broadcast_")
+
     def casts_in(fwd):
-        return [e for e in events if e["name"] == "c10d::broadcast_" and fwd["ts"] <= e["ts"] <= fwd["ts"] + fwd["dur"]]
+        return broadcasts.between(fwd["ts"], fwd["ts"] + fwd["dur"], closed=True)
     k = min(reversed(range(len(forwards))), key=lambda i: len(casts_in(forwards[i])))
     fwd, upto = forwards[k], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
     casts = casts_in(fwd)
@@ -172,18 +174,20 @@ def _cpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
         raise UserError(f"{path}: its {len(issued)} all-reduces issued do not match the {len(ran)} Gloo ran, so their "
                         "dtypes are unknown (a profile cut inside a step?).")
     done = {id(a): b for a, b in zip(issued, paired)}
+    broadcasts = _spans(e for e in events if e["name"] == "c10d::broadcast_")
+    optimizers = _spans(e for e in events if e["name"].startswith("Optimizer.step#"))
+    by_issue = _spans(issued)
     steps = []
     for k, fwd in enumerate(forwards):
         start, end = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
         # a bucket's ready time counts from the model's own forward, after DDP's broadcasts (as the
         # replay's model counts it, and gctestbed's hook records it)
-        origin = max([start] + [e["ts"] + e["dur"] for e in events if e["name"] == "c10d::broadcast_"
-                                and start <= e["ts"] <= start + fwd["dur"]])
-        mine = [e for e in issued if start <= e["ts"] < end]
+        origin = max([start] + [e["ts"] + e["dur"] for e in broadcasts.between(start, start + fwd["dur"], closed=True)])
+        mine = by_issue.between(start, end)
         if not mine:
             raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
                             "or no_sync): nothing to replay.")
-        optim = [e for e in events if e["name"].startswith("Optimizer.step#") and start <= e["ts"] < end]
+        optim = optimizers.between(start, end)
         last = max([e["ts"] + e["dur"] for e in optim] + [done[id(e)]["ts"] + done[id(e)]["dur"] for e in mine])
         steps.append({
             "step_s": ((end if end != math.inf else last) - start) / 1e6,
@@ -224,17 +228,16 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
 
     by_launch = _Launched(compute)
     nccl_by_launch = _Launched(kernels)
-    optimizers = _Launched([(o, o) for o in events if o["name"].startswith("Optimizer.step#")])
+    optimizers, by_issue = _spans(e for e in events if e["name"].startswith("Optimizer.step#")), _spans(issued)
     steps = []
     ran_forward = [by_launch.between(fwd["ts"], fwd["ts"] + fwd["dur"]) for fwd in forwards]
     if not all(ran_forward):
         raise UserError(f"{path}: a DDP forward launched nothing on the GPU (a profile cut inside a step, or a model "
                         "on the CPU under NCCL?).")
     origins = [min(e["ts"] for e in ran) for ran in ran_forward]
-    issued_at = [e["ts"] for e in issued]
     for k, fwd in enumerate(forwards):
         start, end, origin = fwd["ts"], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf, origins[k]
-        mine = issued[bisect.bisect_left(issued_at, start):bisect.bisect_left(issued_at, end)]
+        mine = by_issue.between(start, end)
         if not mine:
             raise UserError(f"{path}: step {k} issued no all-reduce through DDP (a comm hook that exchanged otherwise, "
                             "or no_sync): nothing to replay.")
@@ -270,17 +273,23 @@ def _gpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
 class _Launched:
     """Events, each with the CPU span that placed it (a GPU event with its launch; a CPU span with
     itself), in the order of that span's start, so that what a span of the CPU's timeline placed is
-    found by bisection, not by a scan of every event per step and bucket (the buffers' broadcasts
-    and a Gloo job's CPU spans are still scanned per forward)."""
+    found by bisection, not by a scan of every event per step and bucket."""
 
     def __init__(self, pairs: list[tuple[dict[str, Any], dict[str, Any]]]):
         self.pairs = sorted(pairs, key=lambda p: p[1]["ts"])
         self.at = [at["ts"] for _, at in self.pairs]
 
-    def between(self, lo: float, hi: float, pairs: bool = False) -> list:
-        """The events launched in [lo, hi), in launch order (with their launches, with ``pairs``)."""
-        chosen = self.pairs[bisect.bisect_left(self.at, lo):bisect.bisect_left(self.at, hi)]
+    def between(self, lo: float, hi: float, pairs: bool = False, closed: bool = False) -> list:
+        """The events launched in [lo, hi) ([lo, hi] if ``closed``), in launch order (with their
+        launches, with ``pairs``)."""
+        cut = bisect.bisect_right if closed else bisect.bisect_left
+        chosen = self.pairs[bisect.bisect_left(self.at, lo):cut(self.at, hi)]
         return chosen if pairs else [e for e, _ in chosen]
+
+
+def _spans(events) -> _Launched:
+    """CPU spans, each placed by itself: found by their start."""
+    return _Launched([(e, e) for e in events])
 
 
 def _kernel_numel(kernel: dict[str, Any], issued: dict[str, Any], path: str) -> int:
