@@ -168,6 +168,21 @@ def module_state_dir(tmp_path_factory):
         yield directory
 
 
+@pytest.fixture(scope="module")
+def kept(module_state_dir):
+    """helpers.kept_runs' ``run`` for a whole module: one kept network and fork server for all its
+    runs (as a sweep's cells; a run with another world or topology gets a network of its own, the
+    fork server kept), so the module pays their start (some 7 s) once. For tests of what a run
+    computes and sends, not of a lone run's own start or teardown. Their ledgers are the module's,
+    undone at its end: a test using it takes no state_dir, whose end would undo the network under
+    the next test."""
+    from helpers import kept_runs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
+        with kept_runs() as run:
+            yield run
+
+
 @pytest.fixture
 def ledger(state_dir):
     """A run ledger whose objects are all removed after the test, pass or fail."""

@@ -23,6 +23,19 @@ def gctestbed(*args: str, **kw) -> subprocess.CompletedProcess:
                           timeout=kw.pop("timeout", 300), **kw)
 
 
+def here(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The same gctestbed command through click in this process (CliRunner): its parsing, its code
+    and its exit status, stdout and stderr, without a fresh interpreter's imports (torch's alone is
+    3 to 4 s here). For what a command computes, writes or refuses; a command's life as a process of
+    its own (its entry point, its imports, signals) is tested by running it as one (``gctestbed``),
+    and tests/test_startup.py runs the commands that train nothing that way."""
+    from click.testing import CliRunner
+
+    from gctestbed.cli import main
+    done = CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
+    return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
+
+
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gctestbed.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -92,7 +105,8 @@ def kept_runs(limit_s: int = 600):
 
 
 def show(results_dir, run_id=None) -> dict:
-    proc = gctestbed("show", *([run_id] if run_id else []), "--json", "--results", str(results_dir))
+    """``gctestbed show --json`` of ``run_id`` (the latest run when None), in this process (``here``)."""
+    proc = here("show", *([run_id] if run_id else []), "--json", "--results", str(results_dir))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 
-from helpers import gctestbed, kept_runs, show
+from helpers import show
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 MODEL = "mlp:width=512,depth=2,input_dim=512"       # 0.8 M parameters: 3.2 MB, at least two 1 MB buckets
@@ -22,19 +22,16 @@ THREE = ["dgc", "powersgd", "terngrad", "signsgd", "variance"]
 
 
 @pytest.fixture(scope="module")
-def on_three_nodes(tmp_path_factory, module_state_dir):
+def on_three_nodes(tmp_path_factory, kept):
     """Each of THREE on three nodes, one after another on one kept network (as a sweep's cells):
     (the results directory, method -> its run id, or why its run failed: each test says its own)."""
     results_dir, ids = tmp_path_factory.mktemp("three"), {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
-        with kept_runs() as run:
-            for m in THREE:
-                try:
-                    ids[m] = run(nodes="3", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4",
-                                 compressor=OPTIONS.get(m, m), results_dir=str(results_dir))
-                except AssertionError as e:         # that run ended failed: the next gets a network of its own if it must
-                    ids[m] = AssertionError(str(e))
+    for m in THREE:
+        try:
+            ids[m] = kept(nodes="3", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4",
+                          compressor=OPTIONS.get(m, m), results_dir=str(results_dir))
+        except AssertionError as e:         # that run ended failed: the next gets a network of its own if it must
+            ids[m] = AssertionError(str(e))
     return results_dir, ids
 
 
@@ -55,11 +52,11 @@ def test_method_on_three_nodes(on_three_nodes, method):
     assert 0.98 * expected <= wire <= 1.10 * expected + 2 * OVERHEAD_PER_BUCKET * s["buckets_per_step"] * n, (expected, wire)
 
 
-def test_empty_payloads_do_not_hang(tmp_path, state_dir):
-    """Strom's threshold far above every gradient: no rank ever has an element to send."""
-    proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--no-calibrate", "--workload", MODEL, "--steps", "3",
-                     "--compressor", "threshold:tau=1000", "--timeout", "60s", "--results", str(tmp_path), timeout=120)
-    assert proc.returncode == 0, proc.stderr
+def test_empty_payloads_do_not_hang(tmp_path, kept):
+    """Strom's threshold far above every gradient: no rank ever has an element to send (a hang ends
+    the run failed at its 60 s timeout, and kept_runs fails the test on a run that did not end ok)."""
+    kept(nodes="2", bw="1gbit", workload=MODEL, steps="3", compressor="threshold:tau=1000", timeout="60s",
+         results_dir=str(tmp_path))
     s = show(tmp_path)
     assert s["status"] == "ok" and s["params_identical"] is True and s["steps_recorded"] == 3
     assert s["payload_bytes_per_step"] == 0
@@ -74,16 +71,15 @@ def _losses(results_dir) -> list[tuple[int, int, float]]:
 
 @pytest.mark.compiler
 @pytest.mark.parametrize("method", ["twobit", "dgc"])
-def test_native_and_torch_kernels_train_identically(tmp_path, state_dir, method):
+def test_native_and_torch_kernels_train_identically(tmp_path, kept, method):
     """The native kernels are bit-exact with the reference: a real run's every loss is the same.
     Two methods that carry memories across steps run end to end; every method's kernels are held
     to the reference tensor by tensor in tests/test_kernels.py."""
     losses = {}
-    with kept_runs() as run:         # one network, the fork server loading the kernels for the second run
-        for mode in ("torch", "native"):
-            run(nodes="2", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4", compressor=OPTIONS.get(method, method),
-                kernels=mode, results_dir=str(tmp_path / mode))
-            assert show(tmp_path / mode)["kernels"] == mode
-            losses[mode] = _losses(tmp_path / mode)
+    for mode in ("torch", "native"):   # the module's kept network; the fork server loads the kernels for the first native run
+        kept(nodes="2", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4", compressor=OPTIONS.get(method, method),
+             kernels=mode, results_dir=str(tmp_path / mode))
+        assert show(tmp_path / mode)["kernels"] == mode     # the spec's kernels, whatever the fork server has loaded
+        losses[mode] = _losses(tmp_path / mode)
     assert len(losses["native"]) == 8
     assert losses["native"] == losses["torch"]

@@ -416,27 +416,42 @@ def test_kernels_build_and_bench_commands(ops):
 CUDA_SOURCES = sorted((kernels.SOURCE_DIR / "cuda").glob("*.cu"))
 
 
+@pytest.fixture(scope="module")
+def nvcc_builds(tmp_path_factory):
+    """Every .cu file handed to nvcc, and bindings.cpp with its CUDA path to the C++ compiler, all
+    at once, as many at a time as this host has cores (each compile is one process on one core:
+    one after another they took 50 s here). ``bindings.cpp``: bindings.cpp with
+    GCTESTBED_WITH_CUDA, against torch's headers and CUDA's. The CPU wheel of torch lacks one
+    generated header of c10/cuda (build macros); a one-line stand-in supplies it."""
+    from concurrent.futures import ThreadPoolExecutor
+    from torch.utils import cpp_extension
+    out = tmp_path_factory.mktemp("nvcc")
+    stub = out / "c10" / "cuda" / "impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    cuda_home = cpp_extension.CUDA_HOME or "/usr/local/cuda"
+    binding = [os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-DGCTESTBED_WITH_CUDA", f"-I{out}"]
+    binding += [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{Path(cuda_home) / 'include'}"]
+    commands = {"bindings.cpp": binding + [str(kernels.SOURCE_DIR / "bindings.cpp")]}
+    commands |= {source.name: ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-arch=sm_90", "-c", str(source),
+                               "-o", str(out / f"{source.stem}.o")] for source in CUDA_SOURCES}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        yield {name: pool.submit(subprocess.run, args, capture_output=True, text=True, timeout=600)
+               for name, args in commands.items()}
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("source", CUDA_SOURCES, ids=lambda p: p.name)
-def test_cuda_source_compiles(source, tmp_path):
+def test_cuda_source_compiles(source, nvcc_builds):
     """Every .cu file builds with nvcc (no GPU needed), so CUDA code that does not build never lands."""
-    done = subprocess.run(["nvcc", "-std=c++17", "-O3", "--fmad=false", "-arch=sm_90", "-c", str(source),
-                           "-o", str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
+    done = nvcc_builds[source.name].result()
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.nvcc
-def test_binding_compiles_with_its_cuda_path(tmp_path):
-    """bindings.cpp with GCTESTBED_WITH_CUDA, against torch's headers and CUDA's. The CPU wheel of
-    torch lacks one generated header of c10/cuda (build macros); a one-line stand-in supplies it."""
-    from torch.utils import cpp_extension
-    stub = tmp_path / "c10" / "cuda" / "impl"
-    stub.mkdir(parents=True)
-    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    cuda_home = cpp_extension.CUDA_HOME or "/usr/local/cuda"
-    args = [os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-DGCTESTBED_WITH_CUDA", f"-I{tmp_path}"]
-    args += [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{Path(cuda_home) / 'include'}"]
-    done = subprocess.run(args + [str(kernels.SOURCE_DIR / "bindings.cpp")], capture_output=True, text=True, timeout=600)
+def test_binding_compiles_with_its_cuda_path(nvcc_builds):
+    """bindings.cpp with GCTESTBED_WITH_CUDA against torch's headers and CUDA's (see nvcc_builds)."""
+    done = nvcc_builds["bindings.cpp"].result()
     assert done.returncode == 0, done.stderr
 
 

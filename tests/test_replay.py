@@ -8,28 +8,33 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import statistics
 
 import pytest
 
-from helpers import gctestbed, kept_runs
+from gctestbed import flags
+from gctestbed.spec import SpecError
+from helpers import gctestbed, here, show
 
-RUN = ("--nodes", "2", "--bw", "1gbit", "--steps", "8", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
+RUN = dict(nodes="2", bw="1gbit", steps="8", bucket_cap_mb="1", batch_size="256")     # calibration off (kept_runs)
 WORKLOAD = "mlp:width=1024,depth=3,input_dim=1024"      # 3.2 M parameters: three weights of 4 MB, a bucket each
 
 
+def _record(results_dir, path, *run_ids: str) -> None:
+    """gctestbed trace record, in this process (tests/test_startup.py runs it as a command of its own)."""
+    done = here("trace", "record", *run_ids, "--results", results_dir, "-o", path)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, module_state_dir):
+def recorded(tmp_path_factory, kept):
     """One real run of RUN (none) and its trace, shared by the tests that replay it as recorded
     (they only read them): (the run's results directory, the trace's path)."""
     base = tmp_path_factory.mktemp("recorded")
-    env = {**os.environ, "GCTESTBED_STATE_DIR": str(module_state_dir)}
-    rec = gctestbed("run", *RUN, "--workload", WORKLOAD, "--results", str(base / "real"), env=env)
-    assert rec.returncode == 0, rec.stderr
+    kept(**RUN, workload=WORKLOAD, results_dir=str(base / "real"))
     path = str(base / "t.json")
-    assert gctestbed("trace", "record", "--results", str(base / "real"), "-o", path, env=env).returncode == 0
+    _record(base / "real", path)
     return base / "real", path
 
 
@@ -46,10 +51,9 @@ def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, state_dir, recorded):
+def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, kept, recorded):
     real_dir, path = recorded
-    rep = gctestbed("run", *RUN, "--workload", f"replay:trace={path}", "--results", str(tmp_path / "replay"))
-    assert rep.returncode == 0, rep.stderr
+    kept(**RUN, workload=f"replay:trace={path}", results_dir=str(tmp_path / "replay"))
     real, replayed = _ready(real_dir), _ready(tmp_path / "replay")
     assert real.keys() == replayed.keys()
     assert all(real[k][1] == replayed[k][1] for k in real)              # the same buckets, the same payloads
@@ -67,9 +71,7 @@ def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, 
 
     # optim=recorded: every step's optimizer takes the recorded rank's time that step x scale, as the
     # replay's own store measured it (the real SGD on these 3.2 M parameters takes about a third of that)
-    opt = gctestbed("run", *RUN, "--workload", f"replay:trace={path},compute=sleep,optim=recorded,scale=3",
-                    "--results", str(tmp_path / "optim"))
-    assert opt.returncode == 0, opt.stderr
+    kept(**RUN, workload=f"replay:trace={path},compute=sleep,optim=recorded,scale=3", results_dir=str(tmp_path / "optim"))
     trace = json.loads(open(path).read())
     recorded = {(r["rank"], s["step"]): s["optim_s"] for r in trace["ranks"] for s in r["steps"]}
     conn = sqlite3.connect(tmp_path / "optim" / "gctestbed.sqlite")
@@ -100,16 +102,15 @@ def _layouts(results_dir) -> dict[int, list[str]]:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.parametrize("workload", ["cnn:width=8", "transformer:d_model=32,layers=2,heads=2,seq_len=16,corpus_mb=0.1"])
-def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, workload):
+def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, kept, workload):
     """DDP rebuilds its buckets after step 0 in the order gradients arrived there: a replay must hand
     them over in the recorded order, or models whose parameters are not one chain (norms, residuals,
     attention) are bucketed differently and send other messages."""
     small = dict(nodes="2", bw="1gbit", steps="3", bucket_cap_mb="0.01")
     path = str(tmp_path / "t.json")
-    with kept_runs() as run:             # both runs on one network and fork server, as a sweep's cells
-        run(**small, workload=workload, results_dir=str(tmp_path / "real"))
-        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-        run(**small, workload=f"replay:trace={path}", results_dir=str(tmp_path / "replay"))
+    kept(**small, workload=workload, results_dir=str(tmp_path / "real"))     # both on the module's kept network
+    _record(tmp_path / "real", path)
+    kept(**small, workload=f"replay:trace={path}", results_dir=str(tmp_path / "replay"))
     real = _layouts(tmp_path / "real")
     assert len(real[0]) > 2, real                       # several buckets to get right
     assert _layouts(tmp_path / "replay") == real
@@ -142,21 +143,19 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, state_dir, wo
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, state_dir, recorded):
+def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, kept, recorded):
     """A 2-node trace replayed on 4 nodes: ranks 2 and 3 take recorded ranks 0 and 1 and release
     their buckets when those ranks' hooks got them (nothing per peer is scaled yet). The two
     recorded ranks ran the same compute here, so this cannot tell which recorded rank a new one
     took; it fails when ranks past the trace's have none (planted: rank r without mod -> the run fails)."""
     real_dir, path = recorded                      # 8 steps of 2 nodes; 6 replayed
-    args = ("--bw", "1gbit", "--steps", "6", "--no-calibrate", "--bucket-cap-mb", "1", "--batch-size", "256")
+    args = dict(RUN, nodes="4", steps="6")
     # recorded times x4: four nodes on two cores fall behind the recorded times by a cost of this host's
     # own, more with every bucket (the last one 6.3 ms late in a recorded spread of 15.5 ms in one CI run,
     # 15.1 of 18.4 in another), which does not grow with the recorded times: stretched, the buckets' times
     # stand clear of it, and a release at backward's end (a fixed cost early) is off by most of the spread
     K = 4
-    rep = gctestbed("run", "--nodes", "4", *args, "--workload", f"replay:trace={path},scale={K}",
-                    "--results", str(tmp_path / "replay"))
-    assert rep.returncode == 0, rep.stderr
+    kept(**args, workload=f"replay:trace={path},scale={K}", results_dir=str(tmp_path / "replay"))
     real = {k: v for k, v in _ready(real_dir).items() if k[1] < 6}      # the steps replayed
     replayed = _ready(tmp_path / "replay")
     assert {r for r, _, _ in replayed} == {0, 1, 2, 3}
@@ -210,42 +209,38 @@ def _halved(path: str, out: str) -> None:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["twobit", "powersgd"])
-def test_a_recorded_codec_puts_the_recorded_bytes_on_the_wire(tmp_path, state_dir, method):
+def test_a_recorded_codec_puts_the_recorded_bytes_on_the_wire(tmp_path, kept, method):
     """codec=recorded: no arithmetic of the method runs, yet every bucket's payload is the recorded
     one and the interface counters (the kernel's, not the codec's accounting) see the recorded
     run's bytes per step within 2 %. A trace with its payloads halved, replayed the same way,
     fails that check: the acceptance's planted bug, kept as part of the test."""
     args = dict(nodes="2", bw="1gbit", steps="6", bucket_cap_mb="1", batch_size="64")
-    with kept_runs() as run:             # the three runs on one network and fork server, as a sweep's cells
-        run(**args, compressor=method, workload=WORKLOAD, results_dir=str(tmp_path / "real"))
-        path, halved = str(tmp_path / "t.json"), str(tmp_path / "half.json")
-        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-        _halved(path, halved)
-        real_payloads, real_sent = _wire(tmp_path / "real")
+    # the three runs on the module's kept network, as a sweep's cells
+    kept(**args, compressor=method, workload=WORKLOAD, results_dir=str(tmp_path / "real"))
+    path, halved = str(tmp_path / "t.json"), str(tmp_path / "half.json")
+    _record(tmp_path / "real", path)
+    _halved(path, halved)
+    real_payloads, real_sent = _wire(tmp_path / "real")
 
-        def replay(trace: str, results: str):
-            run(**args, replay=f"{trace},codec=recorded", results_dir=str(tmp_path / results))
-            return _wire(tmp_path / results)
+    def replay(trace: str, results: str):
+        kept(**args, replay=f"{trace},codec=recorded", results_dir=str(tmp_path / results))
+        return _wire(tmp_path / results)
 
-        payloads, sent = replay(path, "replay")
-        assert payloads == real_payloads
-        assert abs(sent / real_sent - 1) <= 0.02, (sent, real_sent)
-        payloads, sent = replay(halved, "halved")
-        assert payloads != real_payloads and abs(sent / real_sent - 1) > 0.02, (sent, real_sent)
-    shown = json.loads(gctestbed("show", "--json", "--results", str(tmp_path / "replay")).stdout)
+    payloads, sent = replay(path, "replay")
+    assert payloads == real_payloads
+    assert abs(sent / real_sent - 1) <= 0.02, (sent, real_sent)
+    payloads, sent = replay(halved, "halved")
+    assert payloads != real_payloads and abs(sent / real_sent - 1) > 0.02, (sent, real_sent)
+    shown = show(tmp_path / "replay")
     assert shown["replayed"] == "t.json (compute=sleep, codec=recorded)" and shown["compressor"] == method
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_sweep_replays_a_trace_and_its_report_says_so(tmp_path, state_dir):
+def test_a_sweep_replays_a_trace_and_its_report_says_so(tmp_path, recorded, state_dir):
     """sweep --replay: every cell replays the trace (here over two rates), and the report names
     the replayed cells, from which trace and how, in its cells and on its page."""
-    args = ("--nodes", "2", "--steps", "4", "--bucket-cap-mb", "1", "--batch-size", "64")
-    rec = gctestbed("run", *args, "--bw", "1gbit", "--no-calibrate", "--workload", WORKLOAD, "--results", str(tmp_path / "real"))
-    assert rec.returncode == 0, rec.stderr
-    path = str(tmp_path / "t.json")
-    assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
+    _, path = recorded                   # the module's trace (t.json), 4 of its 8 steps replayed
     swept = gctestbed("sweep", "--replay", f"{path},compute=spin", "--bw", "200mbit,1gbit", "--steps", "4",
                       "--calibrate", "none", "--results", str(tmp_path / "sweep"))
     assert swept.returncode == 0, swept.stderr
@@ -273,14 +268,13 @@ def _nodes_and_losses(results_dir) -> tuple[dict[int, str], dict[int, list[float
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_path, state_dir, recorded):
+def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_path, kept, recorded):
     """real=1: rank 0 trains the recorded model for real (its loss is the model's, and falls),
     rank 1 replays (its loss is the replay's, zero) and releases its buckets at the recorded
     times; DDP averages both, so the two replicas end bit-identical (the kernel's digest of each
     rank's parameters, not the replay's bookkeeping). Planted: rank 0 replaying too -> its loss is 0."""
     real_dir, path = recorded
-    mixed = gctestbed("run", *RUN, "--replay", f"{path},real=1", "--results", str(tmp_path / "mixed"))
-    assert mixed.returncode == 0, mixed.stderr
+    kept(**RUN, replay=f"{path},real=1", results_dir=str(tmp_path / "mixed"))
     digests, losses = _nodes_and_losses(tmp_path / "mixed")
     assert digests[0] == digests[1] and digests[0]
     assert all(v > 0 for v in losses[0]) and losses[0][-1] < losses[0][0], losses[0]
@@ -297,17 +291,16 @@ def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_p
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, state_dir):
+def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, kept):
     """A cnn has batch norm's buffers, which DDP sends from rank 0 to every rank at its start: the
     replaying ranks must hold them too (found by review: Gloo aborted on the size mismatch). Both
     replicas end bit-identical (the nodes' own digests). Planted: no buffers on the replaying rank ->
     the run fails."""
     args = dict(nodes="2", bw="1gbit", steps="4", bucket_cap_mb="0.01")
     path = str(tmp_path / "t.json")
-    with kept_runs() as run:             # both runs on one network and fork server, as a sweep's cells
-        run(**args, workload="cnn:width=8", results_dir=str(tmp_path / "real"))
-        assert gctestbed("trace", "record", "--results", str(tmp_path / "real"), "-o", path).returncode == 0
-        run(**args, replay=f"{path},real=1", results_dir=str(tmp_path / "mixed"))
+    kept(**args, workload="cnn:width=8", results_dir=str(tmp_path / "real"))     # both on the module's kept network
+    _record(tmp_path / "real", path)
+    kept(**args, replay=f"{path},real=1", results_dir=str(tmp_path / "mixed"))
     digests, losses = _nodes_and_losses(tmp_path / "mixed")
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
 
@@ -323,29 +316,29 @@ def _server_rx(results_dir) -> float:
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, state_dir):
+def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, kept):
     """A trace of twobit pushed to a parameter server (MXNet's arrangement), replayed with
     codec=recorded over --comm ps: the server's interface receives what it received from the real
     run (within 1 %, its kernel counters). A trace with halved payloads does not pass: the server
     decodes every push with the method's own rule, and half a twobit payload is too short for its
     elements, so that run stops. Replaying it over the ring is refused: its payloads were pushes."""
-    ps = ("--nodes", "2", "--bw", "1gbit", "--steps", "6", "--no-calibrate", "--comm", "ps")
+    ps = dict(nodes="2", bw="1gbit", steps="6", comm="ps")       # the three runs on the module's kept network
     small = "mlp:width=512,depth=2,input_dim=256"
-    rec = gctestbed("run", *ps, "--compressor", "twobit", "--workload", small, "--results", str(tmp_path / "real"),
-                    "--record-trace", str(tmp_path / "t.json"))
-    assert rec.returncode == 0, rec.stderr
+    kept(**ps, compressor="twobit", workload=small, results_dir=str(tmp_path / "real"))
+    _record(tmp_path / "real", tmp_path / "t.json")      # as run --record-trace writes it (tests/test_trace.py)
     _halved(str(tmp_path / "t.json"), str(tmp_path / "half.json"))
-    rep = gctestbed("run", *ps, "--replay", f"{tmp_path / 't.json'},codec=recorded", "--results", str(tmp_path / "t"))
-    assert rep.returncode == 0, rep.stderr
+    kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded", results_dir=str(tmp_path / "t"))
     real, replayed = _server_rx(tmp_path / "real"), _server_rx(tmp_path / "t")
     assert abs(replayed / real - 1) < 0.01, (replayed, real)
-    half = gctestbed("run", *ps, "--replay", f"{tmp_path / 'half.json'},codec=recorded", "--results", str(tmp_path / "half"))
-    assert half.returncode != 0 and "fewer than the" in half.stderr, half.stderr     # the planted bug
-    ring = gctestbed("run", "--nodes", "2", "--steps", "6", "--replay", f"{tmp_path / 't.json'},codec=recorded",
-                     "--results", str(tmp_path / "ring"))
-    assert ring.returncode != 0 and "replay it over the same --comm" in ring.stderr, ring.stderr
+    with pytest.raises(AssertionError, match="fewer than the"):          # the planted bug: the run fails
+        kept(**ps, replay=f"{tmp_path / 'half.json'},codec=recorded", results_dir=str(tmp_path / "half"))
+    # the refusals: one through the command line (exit 2, one sentence), the others where it makes the spec
+    ring = here("run", "--nodes", "2", "--steps", "6", "--replay", f"{tmp_path / 't.json'},codec=recorded",
+                "--results", tmp_path / "ring")
+    assert ring.returncode == 2 and "replay it over the same --comm" in ring.stderr, ring.stderr
+    assert len(ring.stderr.strip().splitlines()) == 1 and "Traceback" not in ring.stderr, ring.stderr
     # pushes split over two servers, or pulled compressed, are not what the trace sent: refused (they crashed)
     for comm in ("ps:servers=2", "ps:pull=compressed"):
-        other = gctestbed("run", "--nodes", "2", "--steps", "6", "--comm", comm, "--replay", f"{tmp_path / 't.json'},codec=recorded",
-                          "--results", str(tmp_path / "other"))
-        assert other.returncode != 0 and "of one server with dense pulls" in other.stderr, (comm, other.stderr)
+        with pytest.raises(SpecError, match="of one server with dense pulls"):
+            flags.build_spec(nodes="2", steps="6", comm=comm, replay=f"{tmp_path / 't.json'},codec=recorded",
+                             results_dir=str(tmp_path / "other"))

@@ -13,7 +13,7 @@ import torch
 
 from gctestbed import tracefile, workloads
 from gctestbed.spec import UserError
-from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed
+from helpers import BACKWARD_S, FORWARD_S, PausedChain, gctestbed, here, kept_runs
 from test_chrometrace import check_format
 
 WORKLOAD = "mlp:width=256,depth=2,input_dim=64"
@@ -27,7 +27,7 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
                     "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
     assert run.returncode == 0, run.stderr
     path = str(tmp_path / "run.trace.json.gz")
-    rec = gctestbed("trace", "record", "--results", str(tmp_path / "results"), "-o", path)
+    rec = here("trace", "record", "--results", tmp_path / "results", "-o", path)
     assert rec.returncode == 0, rec.stderr
     data = tracefile.load(path)
     assert tracefile.load(str(tmp_path / "at-once.json")) == data        # run --record-trace: the same trace
@@ -61,14 +61,14 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
             assert sum(b["encode_s"] for b in s["buckets"]) <= s["encode_s"] * 1.0001 + 1e-9, s
     # the Chrome trace, of the run in the store and of the file alike: one encode, collective and decode per bucket
     for source in (["--results", str(tmp_path / "results")], [path]):
-        chrome = gctestbed("trace", "chrome", *source, "-o", str(tmp_path / "chrome.json"))
+        chrome = here("trace", "chrome", *source, "-o", tmp_path / "chrome.json")
         assert chrome.returncode == 0, chrome.stderr
         events = check_format(json.loads((tmp_path / "chrome.json").read_text()), ranks=NODES)
         for name in ("encode", "collective", "decode"):
             assert sum(e["name"] == name for e in events) == sum(len(s["buckets"]) for r in data["ranks"]
                                                                   for s in r["steps"]), name
         assert sum(e["name"] == "forward" for e in events) == NODES * STEPS
-    shown = gctestbed("trace", "show", path, "--json")
+    shown = here("trace", "show", path, "--json")
     assert shown.returncode == 0, shown.stderr
     about = json.loads(shown.stdout)
     assert about["elements"] == sum(p.numel() for p in model.parameters())
@@ -76,14 +76,13 @@ def test_a_trace_of_a_real_run_holds_its_model_ranks_steps_and_payloads(tmp_path
     # the job again (another seed): one trace of both runs, each time the median of the two (their mean). What
     # this checks is the matching of real runs' buckets and the command; the median itself is checked by hand
     # in test_a_trace_of_several_runs_takes_each_time_as_their_median
-    again = gctestbed("run", "--nodes", str(NODES), "--bw", "1gbit", "--steps", str(STEPS), "--compressor", "twobit",
-                      "--seed", "1", "--workload", WORKLOAD, "--no-calibrate", "--results", str(tmp_path / "results"))
-    assert again.returncode == 0, again.stderr
-    second = json.loads(gctestbed("show", "--json", "--results", str(tmp_path / "results")).stdout)["run_id"]
-    assert gctestbed("trace", "record", second, "--results", str(tmp_path / "results"),
-                     "-o", str(tmp_path / "second.json")).returncode == 0
-    both = gctestbed("trace", "record", data["recorded"]["run_id"], second, "--results", str(tmp_path / "results"),
-                     "-o", str(tmp_path / "both.json"))
+    # (run in this process on a kept network, as a sweep's cell: the lone run from the command line is the first)
+    with kept_runs() as kept:
+        second = kept(nodes=str(NODES), bw="1gbit", steps=str(STEPS), compressor="twobit", seed="1", workload=WORKLOAD,
+                      results_dir=str(tmp_path / "results"))
+    assert here("trace", "record", second, "--results", tmp_path / "results", "-o", tmp_path / "second.json").returncode == 0
+    both = here("trace", "record", data["recorded"]["run_id"], second, "--results", tmp_path / "results",
+                "-o", tmp_path / "both.json")
     assert both.returncode == 0, both.stderr
     other, merged = tracefile.load(str(tmp_path / "second.json")), tracefile.load(str(tmp_path / "both.json"))
     assert merged["recorded"]["merged_from"] == [data["recorded"]["run_id"], second]
@@ -119,8 +118,8 @@ def test_a_sweep_records_one_trace_per_method_on_the_same_model(tmp_path, state_
                 sent = [(b["reduce_bytes"], b["gather_bytes"]) for b in st["buckets"]]
                 want = [(4 * b["numel"], 0) if method == "none" else (0, math.ceil(b["numel"] / 16) * 4) for b in st["buckets"]]
                 assert sent == want and sum(b["numel"] for b in st["buckets"]) == numel
-    refused = gctestbed("sweep", "--compressor", "none", "--comm", "localsgd", "--record-traces", str(tmp_path / "x"),
-                        "--dry-run", "--results", str(tmp_path / "results"))
+    refused = here("sweep", "--compressor", "none", "--comm", "localsgd", "--record-traces", tmp_path / "x",
+                   "--dry-run", "--results", tmp_path / "results")
     assert refused.returncode != 0 and "because it exchanges with --comm localsgd" in refused.stderr, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 

@@ -1,8 +1,14 @@
 """``gctestbed verify`` on real namespace nodes: all 17 methods keep their contracts, and the check
 fails, naming the method and the broken term, on bugs planted in the workers.
 
-A bug is planted with a ``sitecustomize`` module on the workers' PYTHONPATH (they inherit the
-CLI's environment), so the product code under test is the code that ships.
+A bug is planted with a ``sitecustomize`` module on the workers' PYTHONPATH (the fork server that
+forks them starts with the environment verify runs in), so the product code under test is the code
+that ships. The first test runs verify as a command of its own, as a user does; the rest invoke the
+same command in this process (click's CliRunner: its exit status, stdout and stderr), which spares
+each a new interpreter's import of torch and leaves the judging process free of the plant, as it
+is of any bug in the workers. The plants of the micro-batch bug and of DGC's 2k share one verify:
+each breaks only its own methods' workers (variance's and hybrid's micro-batches; dgc's
+sample_sizes), and each test reads its own rows.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import pytest
 
 from gctestbed import compress, results
 
-from helpers import gctestbed
+from helpers import gctestbed, here
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -36,18 +42,22 @@ dgc.sample_sizes = _doubled
 """
 
 
-def verify(tmp_path, *args, plant: str | None = None):
-    env = dict(os.environ)
+def verify(tmp_path, *args, plant: str | None = None, in_process: bool = True):
+    """``gctestbed verify ARGS --json``, its workers with ``plant`` as their sitecustomize: (what
+    ended, with returncode and stderr as a subprocess's, the report or None). In this process
+    unless ``in_process`` is False."""
+    env = {}
     if plant is not None:
         (tmp_path / "plant").mkdir()
         (tmp_path / "plant" / "sitecustomize.py").write_text(plant)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plant"), env.get("PYTHONPATH")]))
-    proc = gctestbed("verify", *args, "--json", "--results", str(tmp_path / "results"), env=env, timeout=900)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plant"), os.environ.get("PYTHONPATH")]))
+    argv = ["verify", *args, "--json", "--results", str(tmp_path / "results")]
+    proc = here(*argv, env=env) if in_process else gctestbed(*argv, env={**os.environ, **env}, timeout=900)
     return proc, json.loads(proc.stdout) if proc.stdout.strip() else None
 
 
 def test_every_method_keeps_its_contract(tmp_path, state_dir):
-    proc, report = verify(tmp_path)
+    proc, report = verify(tmp_path, in_process=False)
     assert proc.returncode == 0, proc.stderr + json.dumps([r for r in report["methods"] if not r["ok"]], indent=1)
     assert sorted(r["method"].split(":")[0] for r in report["methods"]) == compress.names()
     base = report["none"]
@@ -66,22 +76,38 @@ def test_every_method_keeps_its_contract(tmp_path, state_dir):
     conn.close()
 
 
-def test_verify_fails_on_the_micro_batch_bug(tmp_path, state_dir):
+@pytest.fixture(scope="module")
+def ring_plants(tmp_path_factory, module_state_dir):
+    """One verify of variance's and hybrid's micro-batch estimates and of dgc, with the micro-batch
+    bug and DGC's 2k planted together: no_sync is entered only by a method that splits its batch
+    (worker.forward_backward; dgc and none run one backward outside it), and sample_sizes is dgc's
+    alone. (what ended, the report)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
+        return verify(tmp_path_factory.mktemp("ring-plants"),
+                      "--compressor", "variance:estimate=microbatch;hybrid:estimate=microbatch;dgc",
+                      plant=NO_SYNC_IGNORED + DGC_TWICE_K)
+
+
+def test_verify_fails_on_the_micro_batch_bug(ring_plants):
     # the micro-batch estimate runs every part but the last inside no_sync (the default, per sample, runs one backward)
-    proc, report = verify(tmp_path, "--compressor", "variance:estimate=microbatch;hybrid:estimate=microbatch",
-                          plant=NO_SYNC_IGNORED)
+    proc, report = ring_plants
     assert proc.returncode == 1, proc.stderr
     assert "broke their contract: variance" in proc.stderr and ", hybrid" in proc.stderr
-    for row in report["methods"]:
+    rows = [r for r in report["methods"] if r["method"].split(":")[0] in ("variance", "hybrid")]
+    assert len(rows) == 2, report["methods"]
+    for row in rows:
         terms = {p["term"] for p in row["problems"]}
         assert {"exchanges", "interface bytes"} <= terms, row["problems"]
         assert row["exchanges_per_step"] == 4 * report["none"]["exchanges_per_step"]
 
 
-def test_verify_fails_on_a_dgc_that_selects_twice_k(tmp_path, state_dir):
-    proc, report = verify(tmp_path, "--compressor", "dgc", plant=DGC_TWICE_K)
-    assert proc.returncode == 1 and "broke their contract: dgc:steps_per_epoch=3" in proc.stderr
-    (row,) = report["methods"]
+def test_verify_fails_on_a_dgc_that_selects_twice_k(ring_plants):
+    proc, report = ring_plants
+    assert proc.returncode == 1 and "broke their contract: " in proc.stderr, proc.stderr
+    assert "dgc:steps_per_epoch=3" in proc.stderr.split("broke their contract: ")[1].strip().split(", "), proc.stderr
+    (row,) = [r for r in report["methods"] if r["method"].split(":")[0] == "dgc"]
+    assert row["method"] == "dgc:steps_per_epoch=3"
     assert {p["term"] for p in row["problems"]} == {"elements selected"}, row["problems"]
     assert report["none"]["ok"]
 

@@ -3,10 +3,14 @@ phase gets judged steps whatever options were typed, or the options are refused 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
+import pytest
+
 from gctestbed import compress, contracts, verify
+from gctestbed.spec import SpecError
 
 
 def judged_steps(text: str, steps: int = verify.STEPS) -> list[list[int]]:
@@ -34,12 +38,19 @@ def test_typed_schedules_are_kept_and_run_long_enough():
 
 
 def test_a_phase_verify_cannot_judge_is_refused_in_one_sentence():
-    for text, words in (("dgc:steps_per_epoch=1", "warm-up epoch 0 (density 0.25) in step 0"),
-                        ("powersgd:start_iter=2", "dense start (all-reduced whole) in steps 0-1"),
-                        ("dgc:steps_per_epoch=50", "needs 202 steps")):
-        proc = subprocess.run([sys.executable, "-m", "gctestbed", "verify", "--compressor", text],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    """The first through the command (exit 2, one sentence, no traceback: 4 s of torch's import
+    each); the others where the command takes its sentence from, verify.methods_from."""
+    refusals = (("dgc:steps_per_epoch=1", "warm-up epoch 0 (density 0.25) in step 0"),
+                ("powersgd:start_iter=2", "dense start (all-reduced whole) in steps 0-1"),
+                ("dgc:steps_per_epoch=50", "needs 202 steps"))
+    text, words = refusals[0]
+    proc = subprocess.run([sys.executable, "-m", "gctestbed", "verify", "--compressor", text],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for text, words in refusals:
+        with pytest.raises(SpecError, match=re.escape(words)):
+            verify.methods_from((text,))
 
 
 def test_the_table_names_every_methods_phases_and_the_steps_judged_in_each():

@@ -175,9 +175,13 @@ def test_install_does_nothing_outside_gctestbed(monkeypatch):
     assert gctestbed.install(object()) is None
 
 
-def test_serial_mode_with_a_command_is_refused(tmp_path):
-    proc = gctestbed("run", "--mode", "serial", "--results", str(tmp_path), "--", "python", "train.py")
-    assert proc.returncode == 2 and "only overlap" in proc.stderr
+def test_serial_mode_with_a_command_is_refused():
+    """flags.build_spec's sentence, which the CLI prints (its exit 2 with one line is checked by
+    test_cli_names_a_missing_user_module_in_one_sentence), without a CLI start's import of torch."""
+    from gctestbed import flags
+    from gctestbed.spec import SpecError
+    with pytest.raises(SpecError, match="only overlap"):
+        flags.build_spec(mode="serial", command=["python", "train.py"])
 
 
 @pytest.mark.root
