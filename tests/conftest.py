@@ -174,8 +174,8 @@ def kept(module_state_dir):
     runs (as a sweep's cells; a run with another world or topology gets a network of its own, the
     fork server kept), so the module pays their start (some 7 s) once. For tests of what a run
     computes and sends, not of a lone run's own start or teardown. Their ledgers are the module's,
-    undone at its end: a test using it takes no state_dir, whose end would undo the network under
-    the next test."""
+    undone at its end: a test that runs on it takes no state_dir, whose end would undo a network
+    rebuilt there under the next test."""
     from helpers import kept_runs
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))

@@ -15,7 +15,7 @@ import torch
 
 from gctestbed.launch.state import census
 
-SMALL = "mlp:width=512,depth=2,input_dim=512"   # 0.8 M parameters: 3.2 MB of fp32 gradient per step
+SMALL = "mlp:width=512,depth=2,input_dim=512"   # 530,442 parameters: 2.1 MB of fp32 gradient per step
 
 
 def gctestbed(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -23,16 +23,29 @@ def gctestbed(*args: str, **kw) -> subprocess.CompletedProcess:
                           timeout=kw.pop("timeout", 300), **kw)
 
 
-def here(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+def here(*args, env: dict | None = None, check: bool = False, limit_s: int = 900) -> subprocess.CompletedProcess:
     """The same gctestbed command through click in this process (CliRunner): its parsing, its code
     and its exit status, stdout and stderr, without a fresh interpreter's imports (torch's alone is
     3 to 4 s here). For what a command computes, writes or refuses; a command's life as a process of
     its own (its entry point, its imports, signals) is tested by running it as one (``gctestbed``),
-    and tests/test_startup.py runs the commands that train nothing that way."""
+    and tests/test_startup.py runs the commands that train nothing that way. ``check``: fail the
+    test unless it exits 0. A command still going after ``limit_s`` (as a subprocess's timeout)
+    gets TimeoutError wherever it is."""
     from click.testing import CliRunner
 
     from gctestbed.cli import main
-    done = CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
+
+    def too_long(signum, frame):
+        raise TimeoutError(f"gctestbed {' '.join(map(str, args))} took over {limit_s} s")
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(limit_s)
+    try:
+        done = CliRunner().invoke(main, [str(a) for a in args], env=env, prog_name="gctestbed", catch_exceptions=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    if check:
+        assert done.exit_code == 0, (args, done.stderr)
     return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
 
 

@@ -74,6 +74,7 @@ def test_calibration_is_stored_with_the_run(tmp_path, state_dir):
     for c in s["calibration"]:
         assert c["miss"] is None and c["target_bps"] == 100_000_000 and c["target_rtt_s"] == pytest.approx(0.004)
         assert c["rtt_loaded_s"] >= c["rtt_idle_s"]
+    assert leftovers(s["run_id"]) == []            # the probes' processes and servers too, with the run's namespaces
 
 
 @pytest.mark.parametrize("tool", ["builtin", pytest.param("iperf3", marks=pytest.mark.iperf3)])

@@ -26,7 +26,7 @@ MODEL = "mlp:width=256,depth=2,input_dim=64"
     ("pss", "unknown --comm scheme 'pss'"), ("ps:servers=0", "servers must be from 1 to 32"),
     ("ps:pull=sparse", "pull must be dense or compressed"), ("localsgd:period=0", "period must be 1 or more"),
     ("diloco:outer_lr=-1", "outer_lr above 0"), ("ps:hosts=2", "has no option 'hosts'")])
-def test_bad_comm_strings_are_one_sentence_and_exit_2(text, says):
+def test_bad_comm_strings_are_refused_in_one_sentence(text, says):
     """Each refused in one sentence by flags.build_spec, which the CLI prints; the CLI's own exit 2
     and one line are checked once, below (a CLI start each costs some 4 s of importing torch)."""
     with pytest.raises(SpecError) as refused:

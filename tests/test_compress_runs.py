@@ -12,10 +12,10 @@ import sqlite3
 import pytest
 
 
-from helpers import show
+from helpers import kept_runs, show
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-MODEL = "mlp:width=512,depth=2,input_dim=512"       # 0.8 M parameters: 3.2 MB, at least two 1 MB buckets
+MODEL = "mlp:width=512,depth=2,input_dim=512"       # 530,442 parameters: 2.1 MB, at least two 1 MB buckets
 OVERHEAD_PER_BUCKET = 6144                           # headers of a round's messages, ACKs of what arrives
 OPTIONS = {"powersgd": "powersgd:start_iter=1", "dgc": "dgc:steps_per_epoch=1"}
 THREE = ["dgc", "powersgd", "terngrad", "signsgd", "variance"]
@@ -71,15 +71,18 @@ def _losses(results_dir) -> list[tuple[int, int, float]]:
 
 @pytest.mark.compiler
 @pytest.mark.parametrize("method", ["twobit", "dgc"])
-def test_native_and_torch_kernels_train_identically(tmp_path, kept, method):
+def test_native_and_torch_kernels_train_identically(tmp_path, state_dir, method):
     """The native kernels are bit-exact with the reference: a real run's every loss is the same.
     Two methods that carry memories across steps run end to end; every method's kernels are held
-    to the reference tensor by tensor in tests/test_kernels.py."""
+    to the reference tensor by tensor in tests/test_kernels.py. A fork server of its own, the torch
+    run first: the reference runs in workers whose server has never loaded the native kernels (the
+    module's kept server has, by then), so a bug that took them whenever loaded would show."""
     losses = {}
-    for mode in ("torch", "native"):   # the module's kept network; the fork server loads the kernels for the first native run
-        kept(nodes="2", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4", compressor=OPTIONS.get(method, method),
-             kernels=mode, results_dir=str(tmp_path / mode))
-        assert show(tmp_path / mode)["kernels"] == mode     # the spec's kernels, whatever the fork server has loaded
-        losses[mode] = _losses(tmp_path / mode)
+    with kept_runs() as run:
+        for mode in ("torch", "native"):
+            run(nodes="2", bw="1gbit", workload=MODEL, bucket_cap_mb="1", steps="4", compressor=OPTIONS.get(method, method),
+                kernels=mode, results_dir=str(tmp_path / mode))
+            assert show(tmp_path / mode)["kernels"] == mode
+            losses[mode] = _losses(tmp_path / mode)
     assert len(losses["native"]) == 8
     assert losses["native"] == losses["torch"]

@@ -7,7 +7,6 @@ written by hand (the summary), and a replay at K = 1 on the same link (the slow 
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import subprocess
@@ -20,7 +19,7 @@ from gctestbed.analysis import cells
 from gctestbed.cli import main
 from gctestbed.net import namespaces
 from gctestbed.spec import LinkSpec, RunSpec, SpecError
-from helpers import gctestbed, kept_runs
+from helpers import gctestbed, here, kept_runs, show
 
 
 def _trace(path, steps=4, cap=25.0) -> str:
@@ -208,17 +207,15 @@ def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path
     replay = dict(RECORD, bw="200mbit", workload=f"replay:trace={path},compute=spin")
     with kept_runs() as run:             # the recording and K = 1 on one network (re-shaped), as a sweep's cells
         run(**RECORD, bw="1gbit", workload=WORKLOAD, results_dir=str(tmp_path / "real"))
-        record = CliRunner().invoke(main, ["trace", "record", "--results", str(tmp_path / "real"), "-o", path])
-        assert record.exit_code == 0, record.output          # (in this process: tests/test_startup.py runs it as a command)
+        record = here("trace", "record", "--results", tmp_path / "real", "-o", path)
+        assert record.returncode == 0, record.stderr          # (in this process: tests/test_startup.py runs it as a command)
         run(**replay, dilate="1", results_dir=str(tmp_path / "k1"))
     # K = 4 as a user runs it: a lone run from the command line, on a network of its own
     typed = [a for key, value in replay.items() for a in (f"--{key.replace('_', '-')}", value)]
     rep = gctestbed("run", *typed, "--no-calibrate", "--dilate", "4", "--results", str(tmp_path / "k4"), timeout=600)
     assert rep.returncode == 0, rep.stderr
     for k in ("1", "4"):
-        shown = CliRunner().invoke(main, ["show", "--json", "--results", str(tmp_path / f"k{k}")])   # in this process
-        assert shown.exit_code == 0, shown.output
-        s = json.loads(shown.stdout)
+        s = show(tmp_path / f"k{k}")
         assert s["dilate"] == float(k) and s["host_bound"] is None      # compute=spin takes the CPU by design: no figure
         medians[k] = s["median_step_s"]
         assert s["busbw_fraction_of_link"] > 0.5, s["busbw_bps"]      # against the emulated 200 Mbit/s

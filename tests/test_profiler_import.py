@@ -240,21 +240,16 @@ def test_a_replay_of_an_imported_profile_sends_its_buckets_when_backward_release
     import sqlite3
     import statistics
     from helpers import here, kept_runs, show
-
-    def cli(*args) -> None:
-        """A gctestbed command in this process (tests/test_startup.py runs the trace commands as ones)."""
-        done = here(*args)
-        assert done.returncode == 0, (args, done.stderr)
     _profile(tmp_path / "p.json", steps=6)
     path = str(tmp_path / "t.json")
-    cli("trace", "import", tmp_path / "p.json", "-o", path)
+    here("trace", "import", tmp_path / "p.json", "-o", path, check=True)       # (tests/test_startup.py: as a command)
     with kept_runs() as run:
         run(workload=f"replay:trace={path}", nodes="2", bw="1gbit", steps="6", results_dir=str(tmp_path / "replay"))
         # the recorded payloads and optimizer times, of a job profiled past its start (its first step made
         # one bucket of the whole model, as the replay's DDP sends it)
         _profile(tmp_path / "late.json", steps=6, skip=2)
         late = str(tmp_path / "late-trace.json")
-        cli("trace", "import", tmp_path / "late.json", "-o", late)
+        here("trace", "import", tmp_path / "late.json", "-o", late, check=True)
         run(workload=f"replay:trace={late},codec=recorded,optim=recorded", nodes="2", bw="1gbit", steps="6",
             results_dir=str(tmp_path / "recorded"))
     assert show(tmp_path / "recorded")["wire_bytes_per_step"] / (4 * (FIRST + SECOND)) == pytest.approx(1, abs=0.03)

@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from gctestbed import flags
+from gctestbed import flags, trace
 from gctestbed.spec import SpecError
 from helpers import gctestbed, here, show
 
@@ -23,8 +23,7 @@ WORKLOAD = "mlp:width=1024,depth=3,input_dim=1024"      # 3.2 M parameters: thre
 
 def _record(results_dir, path, *run_ids: str) -> None:
     """gctestbed trace record, in this process (tests/test_startup.py runs it as a command of its own)."""
-    done = here("trace", "record", *run_ids, "--results", results_dir, "-o", path)
-    assert done.returncode == 0, done.stderr
+    here("trace", "record", *run_ids, "--results", results_dir, "-o", path, check=True)
 
 
 @pytest.fixture(scope="module")
@@ -326,6 +325,9 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     small = "mlp:width=512,depth=2,input_dim=256"
     kept(**ps, compressor="twobit", workload=small, results_dir=str(tmp_path / "real"))
     _record(tmp_path / "real", tmp_path / "t.json")      # as run --record-trace writes it (tests/test_trace.py)
+    # --record-trace takes a run over parameter servers, as trace record just did (one over local SGD it refuses)
+    assert trace.untraceable(flags.build_spec(**ps, compressor="twobit", workload=small)) is None
+    assert "--comm localsgd" in trace.untraceable(flags.build_spec(nodes="2", steps="6", comm="localsgd"))
     _halved(str(tmp_path / "t.json"), str(tmp_path / "half.json"))
     kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded", results_dir=str(tmp_path / "t"))
     real, replayed = _server_rx(tmp_path / "real"), _server_rx(tmp_path / "t")

@@ -78,8 +78,11 @@ def test_clean_leaves_live_runs_and_foreign_namespaces_alone(tmp_path, state_dir
 
 
 def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
+    """Three nodes and a delay line. Without calibration: what a calibrated run leaves (its probes'
+    processes among them) tests/test_calibration.py checks after each of its calibrated runs."""
     before = {p.pid for p in psutil.process_iter()}
-    proc = gctestbed("run", "--nodes", "3", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--latency", "1ms", "--results", str(tmp_path))
+    proc = gctestbed("run", "--nodes", "3", "--bw", "1gbit", "--workload", SMALL, "--steps", "2", "--latency", "1ms",
+                     "--no-calibrate", "--results", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     s = show(tmp_path)
     assert s["latency_impl"] in ("netem", "delayline")

@@ -39,7 +39,7 @@ def test_a_short_link_outage_is_survived_and_shows_in_the_steps(tmp_path, state_
 
 def test_a_long_outage_ends_the_run_by_the_timeout(tmp_path, state_dir):
     began = time.monotonic()
-    result = gctestbed(*BASE, "--steps", "100000", "--timeout", "3s", "--fault", "link-down:node=1,at=1s,for=120s",
+    result = gctestbed(*BASE, "--steps", "100000", "--timeout", "4s", "--fault", "link-down:node=1,at=1s,for=120s",
                        "--results", str(tmp_path))
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - began < 90                         # the timeout ended it, not the outage
@@ -107,7 +107,7 @@ def _stop_outside_the_store(pid: int, results_dir) -> None:
 
 
 def test_a_stopped_worker_is_named_once_the_timeout_passes(tmp_path, state_dir):
-    proc = start(*BASE, "--steps", "100000", "--timeout", "3s", "--results", str(tmp_path))
+    proc = start(*BASE, "--steps", "100000", "--timeout", "4s", "--results", str(tmp_path))
     ledger = wait_for_steps(tmp_path, 3)
     worker = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"].endswith("-n1"))
     stopped_at = time.monotonic()
