@@ -45,6 +45,7 @@ def test_a_long_outage_ends_the_run_by_the_timeout(tmp_path, state_dir):
     assert time.monotonic() - began < 90                         # the timeout ended it, not the outage
     s = show(tmp_path)
     assert s["status"] == "failed" and "link-down on node 1" in s["error"], s["error"]
+    assert "no node recorded a step" not in s["error"], s["error"]     # the nodes' timeout, not the runner's backstop
     assert s["steps_recorded"] >= 1
     [f] = s["faults"]
     assert f["started"] is not None and f["ended"] is not None   # the run ended with the link down
@@ -118,6 +119,9 @@ def test_a_stopped_worker_is_named_once_the_timeout_passes(tmp_path, state_dir):
     s = show(tmp_path, ledger["run_id"])
     assert s["status"] == "failed"
     assert "node 1" in s["error"] and "stopped responding" in s["error"] and "after step" in s["error"], s["error"]
+    # named by the nodes' --timeout, not by the runner's backstop (--timeout plus 30 s without a step, which
+    # also says "stopped responding" and also comes within 60 s)
+    assert "no node recorded a step" not in s["error"], s["error"]
     assert s["steps_recorded"] >= 3
     assert leftovers(ledger["run_id"]) == []
 
