@@ -169,7 +169,16 @@ def module_state_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kept(module_state_dir):
+def module_ledgers(module_state_dir):
+    """GCTESTBED_STATE_DIR set to the module's ledger directory while the module runs, for runs it
+    shares between its tests (a test's own state_dir still takes over within that test)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
+        yield module_state_dir
+
+
+@pytest.fixture(scope="module")
+def kept(module_ledgers):
     """helpers.kept_runs' ``run`` for a whole module: one kept network and fork server for all its
     runs (as a sweep's cells; a run with another world or topology gets a network of its own, the
     fork server kept), so the module pays their start (some 7 s) once. For tests of what a run
@@ -177,10 +186,8 @@ def kept(module_state_dir):
     undone at its end: a test that runs on it takes no state_dir, whose end would undo a network
     rebuilt there under the next test."""
     from helpers import kept_runs
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
-        with kept_runs() as run:
-            yield run
+    with kept_runs() as run:
+        yield run
 
 
 @pytest.fixture

@@ -37,23 +37,21 @@ _PLAN = [
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, module_state_dir):
+def runs(tmp_path_factory, module_ledgers):
     """(the results directory, name -> run id or AssertionError, run id -> what of it was left
     right after it ended, what was left of everything once the kept network was removed)."""
     results_dir, ids, left = tmp_path_factory.mktemp("runs"), {}, {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
-        with kept_runs() as run:
-            for name, typed in _PLAN:
-                typed = {"nodes": "2", "workload": SMALL, "results_dir": str(results_dir), **typed}
-                try:
-                    ids[name] = run(**typed)
-                except AssertionError as e:
-                    ids[name] = AssertionError(str(e))
-                    continue
-                left[ids[name]] = leftovers(ids[name])
-        everything = leftovers()
-        after = {run_id: leftovers(run_id) for run_id in left}
+    with kept_runs() as run:
+        for name, typed in _PLAN:
+            typed = {"nodes": "2", "workload": SMALL, "results_dir": str(results_dir), **typed}
+            try:
+                ids[name] = run(**typed)
+            except AssertionError as e:
+                ids[name] = AssertionError(str(e))
+                continue
+            left[ids[name]] = leftovers(ids[name])
+    everything = leftovers()
+    after = {run_id: leftovers(run_id) for run_id in left}
     return results_dir, ids, left, everything, after
 
 

@@ -77,16 +77,14 @@ def test_every_method_keeps_its_contract(tmp_path, state_dir):
 
 
 @pytest.fixture(scope="module")
-def ring_plants(tmp_path_factory, module_state_dir):
+def ring_plants(tmp_path_factory, module_ledgers):
     """One verify of variance's and hybrid's micro-batch estimates and of dgc, with the micro-batch
     bug and DGC's 2k planted together: no_sync is entered only by a method that splits its batch
     (worker.forward_backward; dgc and none run one backward outside it), and sample_sizes is dgc's
     alone. (what ended, the report)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GCTESTBED_STATE_DIR", str(module_state_dir))
-        return verify(tmp_path_factory.mktemp("ring-plants"),
-                      "--compressor", "variance:estimate=microbatch;hybrid:estimate=microbatch;dgc",
-                      plant=NO_SYNC_IGNORED + DGC_TWICE_K)
+    return verify(tmp_path_factory.mktemp("ring-plants"),
+                  "--compressor", "variance:estimate=microbatch;hybrid:estimate=microbatch;dgc",
+                  plant=NO_SYNC_IGNORED + DGC_TWICE_K)
 
 
 def test_verify_fails_on_the_micro_batch_bug(ring_plants):
