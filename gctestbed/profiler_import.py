@@ -124,7 +124,9 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     info = prof.get("distributedInfo") or {}
     nccl = info.get("backend") == "nccl" or any(e["name"].startswith("nccl:") for e in events)
     issued = [e for e in events if e["name"] == "c10d::allreduce_"]
-    steps = _gpu_steps(path, events, forwards, issued) if nccl else _cpu_steps(path, events, forwards, issued)
+    broadcasts = _spans(e for e in events if e["name"] == "c10d::broadcast_")
+    steps = (_gpu_steps(path, events, forwards, issued) if nccl
+             else _cpu_steps(path, events, forwards, issued, broadcasts))
     later = [tuple((b["numel"], b["dtype"]) for b in s["buckets"]) for s in steps[1:]]
     if len(set(later)) > 1:
         raise UserError(f"{path}: its steps exchanged different buckets ({'; '.join(_sizes(list(s)) for s in sorted(set(later)))} "
@@ -137,7 +139,6 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
                         "one model.")
     # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
     # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
-    broadcasts = _spans(e for e in events if e["name"] == "c10d::broadcast_")
 
     def casts_in(fwd):
         return broadcasts.between(fwd["ts"], fwd["ts"] + fwd["dur"], closed=True)
@@ -162,7 +163,7 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str, Any]],
-               issued: list[dict[str, Any]]) -> list[dict[str, Any]]:
+               issued: list[dict[str, Any]], broadcasts: "_Launched") -> list[dict[str, Any]]:
     """A Gloo job's steps, from its CPU-side spans: each all-reduce DDP issued, and its run on one of
     the process group's threads (its dtype, and when it finished)."""
     ran = [e for e in events if e["name"] == "gloo:all_reduce"]
@@ -174,7 +175,6 @@ def _cpu_steps(path: str, events: list[dict[str, Any]], forwards: list[dict[str,
         raise UserError(f"{path}: its {len(issued)} all-reduces issued do not match the {len(ran)} Gloo ran, so their "
                         "dtypes are unknown (a profile cut inside a step?).")
     done = {id(a): b for a, b in zip(issued, paired)}
-    broadcasts = _spans(e for e in events if e["name"] == "c10d::broadcast_")
     optimizers = _spans(e for e in events if e["name"].startswith("Optimizer.step#"))
     by_issue = _spans(issued)
     steps = []
@@ -311,19 +311,27 @@ def _nccl_dtype(kernel: dict[str, Any], path: str) -> str:
 
 
 def _pair(issued: list[dict[str, Any]], ran: list[dict[str, Any]], every: bool = True) -> list[dict[str, Any]] | None:
-    """Each collective issued, in order, with its run on the process group's threads: the earliest
-    run not yet taken that began after it and has its size. Gloo runs its queue on two threads, so
-    two collectives issued close together can start in either order. None where one has no run, or
-    (``every``) where a run was never issued. Two of one size issued back to back may still be
-    swapped (a profile gives no sequence number): their dtypes then match, only their ends may not."""
-    left, out = list(ran), []
+    """Each collective issued (in the order they began), with its run on the process group's
+    threads: the earliest run not yet taken that began after it and has its size. Gloo runs its
+    queue on two threads, so two collectives issued close together can start in either order. None
+    where one has no run, or (``every``) where a run was never issued. Two of one size issued back
+    to back may still be swapped (a profile gives no sequence number): their dtypes then match, only
+    their ends may not. A run passed over (it began before the collective looking for its size) is
+    never taken later, since later collectives begin later still."""
+    runs: dict[int, list[dict[str, Any]]] = {}
+    for r in sorted(ran, key=lambda r: r["ts"]):
+        runs.setdefault(_numel(r), []).append(r)
+    starts = {n: [r["ts"] for r in rs] for n, rs in runs.items()}
+    first_left = dict.fromkeys(runs, 0)
+    out = []
     for e in issued:
-        match = next((r for r in left if r["ts"] >= e["ts"] and _numel(r) == _numel(e)), None)
-        if match is None:
+        n = _numel(e)
+        i = bisect.bisect_left(starts.get(n, []), e["ts"], lo=first_left.get(n, 0))
+        if i == len(starts.get(n, [])):
             return None
-        left.remove(match)
-        out.append(match)
-    return None if every and left else out
+        out.append(runs[n][i])
+        first_left[n] = i + 1
+    return None if every and len(out) < len(ran) else out
 
 
 def _dims(e: dict[str, Any]) -> list[int] | None:

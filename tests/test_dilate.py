@@ -146,6 +146,14 @@ def test_a_run_whose_nodes_saturated_their_cpus_says_so(tmp_path):
                                                                                     "scale": K}), cpu_s=9.5)
     assert results.summarize(spun.conn, results.find_run(spun.conn, "d1")).host_bound is None
     spun.close()
+    # unless the nodes' CPUs add up to more than the host has: 2 nodes of 1 CPU on 1 core (or uncapped), not of 0.5
+    for cap, flagged in ((1.0, True), (0.0, True), (0.5, None)):
+        spun = _store(tmp_path / f"e{cap}", _dilated_spec(cpus_per_node=cap, workload_options={
+            "trace": "/x", "compute": "spin", "scale": K}), cpu_s=5.0, cpus=1)
+        s = results.summarize(spun.conn, results.find_run(spun.conn, "d1"))
+        assert s.host_bound is flagged, (cap, s.host_bound_reason)
+        assert not flagged or "2 nodes of 1 CPU need 2 CPUs, and this host has 1" in s.host_bound_reason
+        spun.close()
 
 
 def test_a_dilated_run_cannot_be_traced(tmp_path):

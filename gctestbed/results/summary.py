@@ -304,6 +304,20 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
                   "may have set the step time")
 
 
+def _oversubscribed(spec: RunSpec, cpu: dict) -> tuple[bool | None, str | None]:
+    """Whether a run whose nodes take their CPU by design (a spun replay, a mixed run's real ranks)
+    asked this host for more CPUs than it has: every node's cap (one CPU where uncapped) added up
+    against the host's cores. Then not every node could run at the speed it was recorded at, and
+    the host set the step time. Their measured CPU use cannot tell (they fill their CPUs as the
+    recorded nodes did), so None, not False, where they fit: nothing here rules the host out."""
+    cores, each = cpu["host_cpus"], cpu["cpus_per_node"] or 1.0
+    if not cores or spec.world * each <= cores:
+        return None, None
+    return True, (f"{spec.world} nodes of {each:g} CPU need {spec.world * each:g} CPUs, and this host has {cores}: "
+                  "the nodes could not all run at the speed they were recorded at, so the host's CPU, not the link, "
+                  "set the step time")
+
+
 def _phases(env: dict, rows: list) -> dict[str, Any] | None:
     """The seconds each phase of the run took as its runner timed them (building the network,
     calibrating, the nodes from start to exit, teardown), rank 0's steps summed (``steps_s``),
@@ -364,9 +378,10 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     stat = _median if every else _mean
     cpu = _cpu(spec, nodes, env)
     # a replay that waits without the CPU (compute=sleep) should leave it idle: near saturation, the host
-    # was the bottleneck. A real model's compute, or a spun replay's, takes the CPU by design: no figure
-    host_bound, host_bound_reason = _host_bound(cpu) if spec.workload == "replay" and \
-        spec.workload_options.get("compute") == "sleep" else (None, None)
+    # was the bottleneck. A spun replay's compute takes the CPU by design: only whether its nodes fit the
+    # host's cores. A real run measures the host itself: no figure
+    host_bound, host_bound_reason = (None, None) if spec.workload != "replay" else \
+        _host_bound(cpu) if spec.workload_options.get("compute") == "sleep" else _oversubscribed(spec, cpu)
     behind = _median(max((r["behind_s"] for r in rs if r["behind_s"] is not None), default=None)
                      for rs in per_step) if spec.workload == "replay" else None    # a mixed run's real ranks have none
     return RunSummary(
