@@ -311,13 +311,13 @@ def _nccl_dtype(kernel: dict[str, Any], path: str) -> str:
 
 
 def _pair(issued: list[dict[str, Any]], ran: list[dict[str, Any]], every: bool = True) -> list[dict[str, Any]] | None:
-    """Each collective issued (in the order they began), with its run on the process group's
-    threads: the earliest run not yet taken that began after it and has its size. Gloo runs its
-    queue on two threads, so two collectives issued close together can start in either order. None
-    where one has no run, or (``every``) where a run was never issued. Two of one size issued back
-    to back may still be swapped (a profile gives no sequence number): their dtypes then match, only
-    their ends may not. A run passed over (it began before the collective looking for its size) is
-    never taken later, since later collectives begin later still."""
+    """Each collective issued (``issued`` sorted by start, as a profile's events are read), with
+    its run on the process group's threads: the earliest run not yet taken that began after it and
+    has its size. Gloo runs its queue on two threads, so two collectives issued close together can
+    start in either order. None where one has no run, or (``every``) where a run was never issued.
+    Two of one size issued back to back may still be swapped (a profile gives no sequence number):
+    their dtypes then match, only their ends may not. A run passed over (it began before the
+    collective looking for its size) is never taken later, since later collectives begin later."""
     runs: dict[int, list[dict[str, Any]]] = {}
     for r in sorted(ran, key=lambda r: r["ts"]):
         runs.setdefault(_numel(r), []).append(r)

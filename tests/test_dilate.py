@@ -146,14 +146,21 @@ def test_a_run_whose_nodes_saturated_their_cpus_says_so(tmp_path):
                                                                                     "scale": K}), cpu_s=9.5)
     assert results.summarize(spun.conn, results.find_run(spun.conn, "d1")).host_bound is None
     spun.close()
-    # unless the nodes' CPUs add up to more than the host has: 2 nodes of 1 CPU on 1 core (or uncapped), not of 0.5
-    for cap, flagged in ((1.0, True), (0.0, True), (0.5, None)):
-        spun = _store(tmp_path / f"e{cap}", _dilated_spec(cpus_per_node=cap, workload_options={
-            "trace": "/x", "compute": "spin", "scale": K}), cpu_s=5.0, cpus=1)
+    # unless the workers' caps add up to more than the host has: 2 of 1 CPU on 1 core (or uncapped), not of 0.5;
+    # a mixed run's real ranks take their CPU as a spin does, though its replayed ranks sleep
+    for cap, options, flagged in ((1.0, {"compute": "spin"}, True), (0.0, {"compute": "spin"}, True),
+                                  (0.5, {"compute": "spin"}, None), (1.0, {"compute": "sleep", "real": 1}, True),
+                                  (0.5, {"compute": "sleep", "real": 1}, None)):
+        k = 1.0 if "real" in options else K                  # a mixed run is never dilated
+        spun = _store(tmp_path / f"e{cap}{len(options)}", _dilated_spec(cpus_per_node=cap, dilate=k, workload_options={
+            "trace": "/x", "scale": k, **options}), cpu_s=9.5, cpus=1)
         s = results.summarize(spun.conn, results.find_run(spun.conn, "d1"))
-        assert s.host_bound is flagged, (cap, s.host_bound_reason)
-        assert not flagged or "2 nodes of 1 CPU need 2 CPUs, and this host has 1" in s.host_bound_reason
+        assert s.host_bound is flagged, (cap, options, s.host_bound_reason)
+        assert not flagged or "take 2 CPUs, and this host has 1" in s.host_bound_reason
         spun.close()
+    # the boundary, with caps whose sum is not exact in binary: 50 workers of 0.14 CPU fit 7 cores
+    assert results.summary._oversubscribed(_dilated_spec(nodes=50), {"host_cpus": 7, "cpus_per_node": 0.14}) == (None, None)
+    assert results.summary._oversubscribed(_dilated_spec(nodes=50), {"host_cpus": 6, "cpus_per_node": 0.14})[0] is True
 
 
 def test_a_dilated_run_cannot_be_traced(tmp_path):

@@ -305,17 +305,20 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
 
 
 def _oversubscribed(spec: RunSpec, cpu: dict) -> tuple[bool | None, str | None]:
-    """Whether a run whose nodes take their CPU by design (a spun replay, a mixed run's real ranks)
-    asked this host for more CPUs than it has: every node's cap (one CPU where uncapped) added up
-    against the host's cores. Then not every node could run at the speed it was recorded at, and
-    the host set the step time. Their measured CPU use cannot tell (they fill their CPUs as the
-    recorded nodes did), so None, not False, where they fit: nothing here rules the host out."""
-    cores, each = cpu["host_cpus"], cpu["cpus_per_node"] or 1.0
-    if not cores or spec.world * each <= cores:
+    """Whether a replay whose workers take their CPU by design (spun compute, a mixed run's real
+    ranks) were capped at more CPUs in all than the host has: each worker's --cpus-per-node (one
+    CPU uncapped) added up against the host's cores (servers, which replay no compute, left out).
+    Then not every worker could run as fast as it was recorded, and the host may have set the step
+    time. Their measured CPU use cannot tell (they fill their CPUs as the recorded nodes did), so
+    None, not False, where they fit: nothing here rules the host out."""
+    cores, cap = cpu["host_cpus"], cpu["cpus_per_node"]
+    each = cap or 1.0
+    if not cores or round(spec.nodes * each, 6) <= cores:
         return None, None
-    return True, (f"{spec.world} nodes of {each:g} CPU need {spec.world * each:g} CPUs, and this host has {cores}: "
-                  "the nodes could not all run at the speed they were recorded at, so the host's CPU, not the link, "
-                  "set the step time")
+    capped = f"capped at {cap:g} CPU each" if cap else "uncapped (1 CPU each at least)"
+    return True, (f"{spec.nodes} workers {capped} take {spec.nodes * each:g} CPUs, and this host has {cores}: they "
+                  "could not all run as fast as they were recorded, so the host's CPU, not the link, may have set the "
+                  "step time (a spin on the wall clock, clock=wall, ends on time and shows it as behind_s instead)")
 
 
 def _phases(env: dict, rows: list) -> dict[str, Any] | None:
@@ -378,10 +381,11 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     stat = _median if every else _mean
     cpu = _cpu(spec, nodes, env)
     # a replay that waits without the CPU (compute=sleep) should leave it idle: near saturation, the host
-    # was the bottleneck. A spun replay's compute takes the CPU by design: only whether its nodes fit the
-    # host's cores. A real run measures the host itself: no figure
+    # was the bottleneck. A spun replay's compute, or a mixed run's real ranks, take the CPU by design: only
+    # whether its workers fit the host's cores. A real run measures the host itself: no figure
+    sleeps = spec.workload_options.get("compute") == "sleep" and not int(spec.workload_options.get("real") or 0)
     host_bound, host_bound_reason = (None, None) if spec.workload != "replay" else \
-        _host_bound(cpu) if spec.workload_options.get("compute") == "sleep" else _oversubscribed(spec, cpu)
+        _host_bound(cpu) if sleeps else _oversubscribed(spec, cpu)
     behind = _median(max((r["behind_s"] for r in rs if r["behind_s"] is not None), default=None)
                      for rs in per_step) if spec.workload == "replay" else None    # a mixed run's real ranks have none
     return RunSummary(
