@@ -137,11 +137,12 @@ def _rank(path: str, prof: dict[str, Any]) -> dict[str, Any]:
     if first != total:
         raise UserError(f"{path}: its first step exchanged {first} elements, its later steps {total}: a replay repeats "
                         "one model.")
+    def casts_in(fwd):
+        """The broadcasts DDP issued within the forward ``fwd``."""
+        return broadcasts.between(fwd["ts"], fwd["ts"] + fwd["dur"], closed=True)
+
     # the buffers: what DDP broadcast in a forward, not in its second step's, which also sends the order of the
     # buckets it rebuilt: the forward with the fewest broadcasts (the latest of those)
-
-    def casts_in(fwd):
-        return broadcasts.between(fwd["ts"], fwd["ts"] + fwd["dur"], closed=True)
     k = min(reversed(range(len(forwards))), key=lambda i: len(casts_in(forwards[i])))
     fwd, upto = forwards[k], forwards[k + 1]["ts"] if k + 1 < len(forwards) else math.inf
     casts = casts_in(fwd)

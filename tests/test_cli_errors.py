@@ -61,3 +61,17 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("gctestbed: bandwidth '1g'") and "Traceback" not in proc.stderr
+
+
+def test_the_in_process_helper_keeps_an_outer_time_limit():
+    """``here`` sets its own alarm; a limit armed around it (a test's own) must survive, less the time taken."""
+    import signal
+
+    from helpers import here
+    signal.alarm(300)
+    try:
+        assert here("--help", check=True).returncode == 0
+        left = signal.alarm(0)
+    finally:
+        signal.alarm(0)
+    assert 290 <= left <= 300, left

@@ -83,6 +83,13 @@ def test_show_says_when_more_nodes_than_cores_ran_uncapped():
     assert cpu["contended"] and [n["cpu_share"] for n in cpu["nodes"]] == [0.25] * 4
     assert not summary._cpu(spec.replace(cpus_per_node=0.5), nodes, {"cpus": 2})["contended"]
     assert not summary._cpu(flags.build_spec(nodes="2"), nodes[:2], {"cpus": 2})["contended"]
+    assert summary._cpu(flags.build_spec(nodes="2", comm="ps"), nodes[:2], {"cpus": 2})["contended"]   # a server too
+    assert cpu["workers_cpus"] == 4 and summary._cpu(spec.replace(cpus_per_node=0.5), nodes, {"cpus": 2})["workers_cpus"] == 2
+    from gctestbed.cli import render
+    (head, *per_node) = render._cpu_rows(cpu)
+    assert head[0] == "CPU contention" and "depend on the scheduler" in head[1] and len(per_node) == 4
+    # where a replay's HOST-BOUND row already warns, the row says only the fact, once
+    assert render._cpu_rows(cpu, warned=True)[0] == ("CPU contention", "4 nodes shared 2 cores with no --cpus-per-node")
 
 
 @pytest.mark.root

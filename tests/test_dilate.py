@@ -12,11 +12,9 @@ import statistics
 import subprocess
 
 import pytest
-from click.testing import CliRunner
 
 from gctestbed import flags, results, tracefile
 from gctestbed.analysis import cells
-from gctestbed.cli import main
 from gctestbed.net import namespaces
 from gctestbed.spec import LinkSpec, RunSpec, SpecError
 from helpers import gctestbed, here, kept_runs, show
@@ -53,10 +51,9 @@ def test_what_cannot_be_dilated_is_refused_in_one_sentence(tmp_path, workload, d
     path = _trace(tmp_path / "t.json")
     with pytest.raises(SpecError, match=re.escape(fragment)):
         flags.build_spec(workload=workload.format(t=path), steps="4", dilate=dilate)
-    result = CliRunner().invoke(main, ["run", "--results", str(tmp_path), "--steps", "4",
-                                       "--workload", workload.format(t=path), "--dilate", dilate])
-    assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output, result.output
-    assert len(result.output.strip().splitlines()) == 1
+    result = here("run", "--results", tmp_path, "--steps", "4", "--workload", workload.format(t=path), "--dilate", dilate)
+    assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout
 
 
 def test_faults_and_slurm_are_refused_with_dilation(tmp_path):
@@ -64,9 +61,9 @@ def test_faults_and_slurm_are_refused_with_dilation(tmp_path):
     with pytest.raises(SpecError, match="--fault times are not dilated"):
         flags.build_spec(workload=f"replay:trace={path}", steps="4", dilate="2",
                          faults=("link-down:node=1,at=1s,for=1s",))
-    result = CliRunner().invoke(main, ["sweep", "--results", str(tmp_path), "--launcher", "slurm", "--steps", "4",
-                                       "--workload", f"replay:trace={path}", "--dilate", "2", "--dry-run"])
-    assert result.exit_code == 2 and "with --launcher slurm" in result.output, result.output
+    result = here("sweep", "--results", tmp_path, "--launcher", "slurm", "--steps", "4",
+                  "--workload", f"replay:trace={path}", "--dilate", "2", "--dry-run")
+    assert result.returncode == 2 and "with --launcher slurm" in result.stderr, result.stderr
 
 
 def test_a_sweep_passes_the_dilation_to_every_cell_and_keeps_old_names(tmp_path):
@@ -159,8 +156,9 @@ def test_a_run_whose_nodes_saturated_their_cpus_says_so(tmp_path):
         assert not flagged or "take 2 CPUs, and this host has 1" in s.host_bound_reason
         spun.close()
     # the boundary, with caps whose sum is not exact in binary: 50 workers of 0.14 CPU fit 7 cores
-    assert results.summary._oversubscribed(_dilated_spec(nodes=50), {"host_cpus": 7, "cpus_per_node": 0.14}) == (None, None)
-    assert results.summary._oversubscribed(_dilated_spec(nodes=50), {"host_cpus": 6, "cpus_per_node": 0.14})[0] is True
+    fifty = _dilated_spec(nodes=50, cpus_per_node=0.14)
+    for cores, flagged in ((7, None), (6, True)):
+        assert results.summary._oversubscribed(fifty, results.summary._cpu(fifty, [], {"cpus": cores}))[0] is flagged
 
 
 def test_a_dilated_run_cannot_be_traced(tmp_path):
@@ -222,8 +220,7 @@ def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path
     replay = dict(RECORD, bw="200mbit", workload=f"replay:trace={path},compute=spin")
     with kept_runs() as run:             # the recording and K = 1 on one network (re-shaped), as a sweep's cells
         run(**RECORD, bw="1gbit", workload=WORKLOAD, results_dir=str(tmp_path / "real"))
-        record = here("trace", "record", "--results", tmp_path / "real", "-o", path)
-        assert record.returncode == 0, record.stderr          # (in this process: tests/test_startup.py runs it as a command)
+        here("trace", "record", "--results", tmp_path / "real", "-o", path, check=True)   # (in this process: test_startup.py runs it as a command)
         run(**replay, dilate="1", results_dir=str(tmp_path / "k1"))
     # K = 4 as a user runs it: a lone run from the command line, on a network of its own
     typed = [a for key, value in replay.items() for a in (f"--{key.replace('_', '-')}", value)]
@@ -231,7 +228,8 @@ def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path
     assert rep.returncode == 0, rep.stderr
     for k in ("1", "4"):
         s = show(tmp_path / f"k{k}")
-        assert s["dilate"] == float(k) and s["host_bound"] is None      # compute=spin takes the CPU by design: no figure
+        # two workers of one CPU each: a spun replay fits a host of 2 cores or more (no figure), not one of 1
+        assert s["dilate"] == float(k) and s["host_bound"] is (None if s["cpu"]["host_cpus"] >= 2 else True), s["host_bound_reason"]
         medians[k] = s["median_step_s"]
         assert s["busbw_fraction_of_link"] > 0.5, s["busbw_bps"]      # against the emulated 200 Mbit/s
     # link-bound: 12.8 MB at 200 Mbit/s is about 0.5 s a step; dilated, it is 2 s of host time reported as

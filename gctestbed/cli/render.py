@@ -225,7 +225,7 @@ def print_summary(s: results.RunSummary) -> None:
     if s.environment.get("columns_not_stored"):
         rows.append(("not stored", "a newer host's " + ", ".join(s.environment["columns_not_stored"])
                      + ": this store's schema has no column for them (update gctestbed here)"))
-    rows += _cpu_rows(s.cpu)
+    rows += _cpu_rows(s.cpu, warned=bool(s.host_bound))
     if s.phases:
         p = s.phases
         rows.append(("wall time" + (" on this host (not dilated)" if s.dilate != 1 else ""), f"{p['total_s']:.1f} s: steps {p['steps_s']:.1f} s, calibration "
@@ -254,16 +254,17 @@ def print_summary(s: results.RunSummary) -> None:
     Console().print(table)
 
 
-def _cpu_rows(cpu: dict | None) -> list[tuple[str, str]]:
+def _cpu_rows(cpu: dict | None, warned: bool = False) -> list[tuple[str, str]]:
     """How the nodes shared the CPUs: the cap, or a warning when more nodes than cores ran
-    uncapped; each node's CPU time against wall time, where either is worth reading."""
+    uncapped (only the fact where the HOST-BOUND row has warned already); each node's CPU time
+    against wall time, where either is worth reading."""
     if not cpu or not (cpu["cpus_per_node"] or cpu["contended"]):
         return []
     if cpu["cpus_per_node"]:
         head = ("CPU per node", f"held to {cpu['cpus_per_node']:g} CPUs (cgroup)")
     else:
-        head = ("CPU contention", f"{len(cpu['nodes'])} nodes shared {cpu['host_cpus']} cores with no --cpus-per-node: "
-                                  "compute times depend on the scheduler")
+        head = ("CPU contention", f"{len(cpu['nodes'])} nodes shared {cpu['host_cpus']} cores with no --cpus-per-node"
+                                  + ("" if warned else ": compute times depend on the scheduler"))
     kernel = cpu.get("cgroups") or {}
     rows = [head]
     for n in cpu["nodes"]:

@@ -265,15 +265,17 @@ def _amortised(per_step: list) -> dict[str, Any]:
 def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
     """How the nodes shared this host's CPUs (and memory): the cap (--cpus-per-node, 0 for
     none), whether more nodes than cores ran uncapped (then compute times depend on the
-    scheduler), each node's CPU time over its wall time and its memory as the node measured them,
+    scheduler), the CPUs the workers were allowed in all (``workers_cpus``: each its cap, or one
+    uncapped), each node's CPU time over its wall time and its memory as the node measured them,
     and the kernel's throttling counters of each node's cgroup where there were any."""
-    cores = env.get("cpus")
+    cores, cap = env.get("cpus"), spec.cpus_per_node
     per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
                  "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None,
                  "rss_bytes": r["rss_bytes"], "pss_bytes": r["pss_bytes"], "uss_bytes": r["uss_bytes"]}
                 for r in nodes]
-    return {"cpus_per_node": spec.cpus_per_node, "host_cpus": cores,
-            "contended": bool(cores and spec.world > cores and not spec.cpus_per_node), "nodes": per_node,
+    workers = round(spec.nodes * (cap or 1.0), 6)
+    return {"cpus_per_node": cap, "host_cpus": cores, "workers_cpus": workers,
+            "contended": bool(cores and not cap and workers + spec.servers > cores), "nodes": per_node,
             "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
 
 
@@ -311,12 +313,11 @@ def _oversubscribed(spec: RunSpec, cpu: dict) -> tuple[bool | None, str | None]:
     Then not every worker could run as fast as it was recorded, and the host may have set the step
     time. Their measured CPU use cannot tell (they fill their CPUs as the recorded nodes did), so
     None, not False, where they fit: nothing here rules the host out."""
-    cores, cap = cpu["host_cpus"], cpu["cpus_per_node"]
-    each = cap or 1.0
-    if not cores or round(spec.nodes * each, 6) <= cores:
+    cores, cap, workers = cpu["host_cpus"], cpu["cpus_per_node"], cpu["workers_cpus"]
+    if not cores or workers <= cores:
         return None, None
     capped = f"capped at {cap:g} CPU each" if cap else "uncapped (1 CPU each at least)"
-    return True, (f"{spec.nodes} workers {capped} take {spec.nodes * each:g} CPUs, and this host has {cores}: they "
+    return True, (f"{spec.nodes} workers {capped} take {workers:g} CPUs, and this host has {cores}: they "
                   "could not all run as fast as they were recorded, so the host's CPU, not the link, may have set the "
                   "step time (a spin on the wall clock, clock=wall, ends on time and shows it as behind_s instead)")
 
