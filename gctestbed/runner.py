@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from . import results
+from . import hostcpu, results
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
@@ -57,6 +57,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     status, error = "failed", None
     cluster = None
     laps, phases = Laps(), {}         # where the run's wall time went (see results.RunSummary.phases)
+    host = hostcpu.Sampler()          # the host's CPU while the steps go (the nodes run on this host)
     try:
         with signals_raise():
             spec = resolve(spec, state.run_id, on_phase)
@@ -79,7 +80,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                                   role="server" if node.rank >= spec.nodes else "worker")
                     procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
                                                      {SPEC_ENV: session.spec_path})
-                error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster)
+                error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
                 phases["nodes_s"] = laps.lap()
             status = "ok" if error is None else "failed"
     except Interrupted as e:
@@ -99,7 +100,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 status = "failed"
             if session is not None:
                 try:
-                    session.finish(status, error, stats, phases)
+                    session.finish(status, error, stats, phases, host.record())
                 except results.StoreError:       # disk full, locked: keep the outcome for 'gctestbed clean'
                     state.objects = []
                     state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})
@@ -116,11 +117,12 @@ def cluster_class(spec: RunSpec) -> type[Launcher]:
 
 
 def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: RunSpec, run_dir: str,
-               on_progress: Progress | None, cluster: Launcher) -> str | None:
-    """Wait for every worker, applying the run's faults on time; on the first failure stop the
-    rest and say which node failed and how. A node that hangs is named too: the others give up
-    on it after the collective timeout, and a run of our worker in which no node records a step
-    for longer than that (while steps remain) is stopped here."""
+               on_progress: Progress | None, cluster: Launcher, host: hostcpu.Sampler) -> str | None:
+    """Wait for every worker, applying the run's faults on time, and sample the host's CPU once
+    steps are recorded; on the first failure stop the rest and say which node failed and how. A
+    node that hangs is named too: the others give up on it after the collective timeout, and a
+    run of our worker in which no node records a step for longer than that (while steps remain)
+    is stopped here."""
     plan = FaultPlan(spec.faults, cluster, recorder.fault)
     seen, recorded, quiet_since = -1, 0, time.monotonic()
     watch = not spec.command     # our own loop records every step; a user's program may pause as it likes
@@ -146,6 +148,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
             row = results.last_step(recorder.conn, spec.run_id, 0)
             plan.tick(training_started=row is not None)
+            host.tick(active=count > 0)
             if on_progress and row is not None and row["step"] != seen:
                 seen = row["step"]
                 on_progress(seen + 1, spec.steps, dict(row))

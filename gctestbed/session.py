@@ -107,15 +107,18 @@ class Session:
             self.counters_error = f"{type(e).__name__}: {e}"
             return None
 
-    def finish(self, status: str, error: str | None, qdisc_stats: dict | None, phases: dict | None = None) -> None:
+    def finish(self, status: str, error: str | None, qdisc_stats: dict | None, phases: dict | None = None,
+               host_cpu: dict | None = None) -> None:
         """Store the qdisc statistics (read before teardown), or why they could not be read
-        (``counters_error``), the seconds each phase of the run took, and the run's outcome.
-        StoreError propagates: the caller keeps the outcome for 'gctestbed clean'."""
+        (``counters_error``), the seconds each phase of the run took, the host's CPU samples
+        taken while the steps went (hostcpu.Sampler.record), and the run's outcome. StoreError
+        propagates: the caller keeps the outcome for 'gctestbed clean'."""
         if self.recorder is None:
             return
         extra = {**({"qdisc_stats": qdisc_stats} if qdisc_stats is not None else {}),
                  **({"counters_error": self.counters_error} if self.counters_error else {}),
-                 **({"phases": phases} if phases else {})}
+                 **({"phases": phases} if phases else {}),
+                 **({"host_cpu": host_cpu} if host_cpu else {})}
         if extra:
             with contextlib.suppress(results.StoreError):
                 self.recorder.update_environment(**extra)

@@ -121,6 +121,31 @@ def test_the_held_out_model_takes_a_cells_median_over_its_repeats(tmp_path):
     assert held["alpha_s"] == pytest.approx(synthetic.ALPHA_S, rel=0.01)
 
 
+def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_without_them(tmp_path):
+    """Half the 16-node cells slowed (+50 %) and marked HOST-BOUND, as a replay the host set: every
+    16-node cell still counts in the median |error|, and the error without the marked ones is the
+    clean cells' alone. A cell is host-bound when any of its repeats was."""
+    import dataclasses
+    synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
+    clean = cells.load(str(tmp_path))
+    assert {r.host_bound for r in clean} == {None}                  # real runs: no figure
+    sixteen = sorted((r for r in clean if r.nodes == 16), key=lambda r: r.run_id)
+    paced = {r.run_id for r in sixteen[::2]}
+    rows = [dataclasses.replace(r, step_s=1.5 * r.step_s, host_bound=True) if r.run_id in paced
+            else dataclasses.replace(r, host_bound=False) for r in clean]
+    held = model.held_out(rows, {2, 4})
+    v = held["by_nodes"][16]
+    assert v["host_bound_cells"] == sum(c["host_bound"] is True for c in held["cells"] if c["nodes"] == 16) > 0
+    assert v["median_abs_error_host_free"] < 0.01 and v["median_abs_error"] > v["median_abs_error_host_free"], v
+    assert held["by_nodes"][8]["host_bound_cells"] == 0
+    again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False) for r in rows]
+    assert sum(bool(r.host_bound) for r in model.per_cell(again + rows)) == len(paced)
+    out = report.analyse(rows, fit_nodes={2, 4})
+    assert out["host_bound"] == sorted(paced)
+    assert "HOST-BOUND cells: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,
+                                                                      "pictures": []})
+
+
 def test_the_held_out_model_takes_its_network_from_every_methods_cells(tmp_path):
     """none's 8-node serial cells slow in their collectives (+15 %, as the replayed 8-node cells
     were, docs/replay.md): fitted on none's cells alone, two large all-reduces cannot tell a cost

@@ -161,6 +161,45 @@ def test_a_run_whose_nodes_saturated_their_cpus_says_so(tmp_path):
         assert results.summary._oversubscribed(fifty, results.summary._cpu(fifty, [], {"cpus": cores}))[0] is flagged
 
 
+def _host_samples(rec, busy: float, kernel: float) -> None:
+    """The host's CPU as a run samples it (gctestbed.hostcpu), written by hand: 2 cores at 100
+    ticks a second, ``busy`` of them busy in every second of the measured steps (``kernel`` of
+    them in system time and interrupts, half each), and idle through step 0, moved to end 30 s
+    before the others (DDP builds its buckets there: not measured)."""
+    rec.conn.execute("UPDATE steps SET t = t - 30 WHERE step = 0")
+    t0, t1 = rec.conn.execute("SELECT MIN(t) - 10, MAX(t) + 2 FROM steps").fetchone()
+    measured = rec.conn.execute("SELECT MAX(t) - 8 FROM steps").fetchone()[0]      # step 1's start
+    samples, ticks = [], [0, 0, 0, 0, 0]
+    for i in range(int(t1 - t0) + 1):
+        samples.append([t0 + i] + ticks)
+        b, k = (busy, kernel) if t0 + i >= measured - 1 else (0.0, 0.0)
+        ticks = [ticks[0] + 200 * (b - k), ticks[1] + 100 * k, ticks[2] + 100 * k, ticks[3] + 200 * (1 - b), 0]
+    rec.update_environment(host_cpu={"fields": ["t", "user", "system", "irq", "idle", "steal"], "samples": samples})
+
+
+def test_a_sleeping_replay_whose_host_had_no_idle_time_says_so(tmp_path):
+    """The kernel's own counters of the host, where the run sampled them, judge a sleeping replay:
+    nodes that used little CPU of their own (the kernel forwards their packets) on a saturated host
+    are flagged; a host with idle time left is not, whatever the nodes' lifetime shares add up to."""
+    saturated = _store(tmp_path / "a", _dilated_spec(), cpu_s=0.3)          # 0.03 CPUs a node, as at 64 nodes
+    _host_samples(saturated, busy=0.97, kernel=0.7)
+    s = results.summarize(saturated.conn, results.find_run(saturated.conn, "d1"))
+    assert s.host_bound is True, s.cpu["host"]
+    assert re.search(r"saturated \(at least 95% busy\) for 100% of the measured steps' [78]\.0 s on this host, 70% of their "
+                     "time in the kernel", s.host_bound_reason), s.host_bound_reason
+    assert 7.0 <= s.cpu["host"]["window_s"] <= 8.0      # the samples (a second apart) within the 8 s of steps 1-2
+    assert s.cpu["host"]["busy"] == pytest.approx(0.97) and s.cpu["host"]["irq"] == pytest.approx(0.35)
+    saturated.close()
+    (row,) = cells.load(str(tmp_path / "a"))                # what the report reads: the cell is marked
+    assert row.host_bound is True
+    idle = _store(tmp_path / "b", _dilated_spec(), cpu_s=9.0)                # 1.8 of 2 cores over the nodes' lives
+    _host_samples(idle, busy=0.8, kernel=0.5)
+    s = results.summarize(idle.conn, results.find_run(idle.conn, "d1"))
+    assert s.host_bound is False and s.cpu["host"]["saturated_share"] == 0.0, s.host_bound_reason
+    idle.close()
+    assert [r.host_bound for r in cells.load(str(tmp_path / "b"))] == [False]
+
+
 def test_a_dilated_run_cannot_be_traced(tmp_path):
     from gctestbed import trace
     from gctestbed.spec import UserError

@@ -102,6 +102,21 @@ def test_all_reduce_runs_at_link_rate(runs):
     assert s["busbw_fraction_of_link"] <= 1.0
 
 
+def test_the_host_cpu_is_sampled_over_the_measured_steps(runs):
+    """The runner samples the kernel's counters of the host while the steps go (the figure itself is
+    held to a known load in tests/test_hostcpu.py): show reads them over steps 1 to the last."""
+    conn = results.connect(str(runs[0]))
+    try:
+        start, end = conn.execute("SELECT MIN(t - step_s) FROM steps WHERE run_id=? AND step=1 UNION ALL "
+                                  "SELECT MAX(t) FROM steps WHERE run_id=?", (_id(runs, "teacher"),) * 2).fetchall()
+    finally:
+        conn.close()
+    host = _summary(runs, "teacher")["cpu"]["host"]
+    assert host is not None and 0 < host["window_s"] <= end[0] - start[0] + 0.01, (host, start, end)
+    assert host["busy"] == pytest.approx(host["user"] + host["system"] + host["irq"] + host["steal"])
+    assert 0 <= host["saturated_share"] <= 1
+
+
 def test_one_node_runs_without_communication(runs):
     s = _summary(runs, "one node")
     assert s["status"] == "ok" and s["nodes"] == 1 and s["busbw_bps"] is None

@@ -71,6 +71,8 @@ class Row:
     run_s: float | None = None              # the run from its start to its end, as the store keeps them (host seconds)
     seed: int = 0                           # the run's seed (a sweep's repeat k: its seed + k)
     device: str = "cpu"                     # what computed the gradients: cpu | cuda
+    host_bound: bool | None = None          # a replay the host, not the link, may have paced (show's HOST-BOUND:
+                                            # RunSummary.host_bound or host_behind); None for real runs
 
     @property
     def group(self) -> tuple:
@@ -129,7 +131,8 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             server_pull_bytes=busiest["pull_bytes"], server_sum_s=busiest["sum_s"],
             pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
             averaged_share=mean.get("averaged_share"), dilate=spec.dilate, seed=spec.seed,
-            device=spec.device, run_s=run["finished_at"] - run["created_at"] if run["finished_at"] else None))
+            device=spec.device, run_s=run["finished_at"] - run["created_at"] if run["finished_at"] else None,
+            host_bound=None if s.host_bound is None and s.host_behind is None else bool(s.host_bound or s.host_behind)))
     conn.close()
     return rows
 

@@ -338,7 +338,7 @@ CELL = ("workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", 
 
 def per_cell(rows: list[Row]) -> list[Row]:
     """One row per cell: a cell's repeats merged into the median of each measured figure (a figure
-    that some repeat lacks is the median of those that have it)."""
+    that some repeat lacks is the median of those that have it); host-bound when any repeat was."""
     cells: dict[tuple, list[Row]] = {}
     for r in rows:
         cells.setdefault(tuple(getattr(r, k) for k in CELL), []).append(r)
@@ -347,7 +347,8 @@ def per_cell(rows: list[Row]) -> list[Row]:
     for runs in cells.values():
         merged = {k: statistics.median(v) for k in measured
                   if (v := [getattr(r, k) for r in runs if getattr(r, k) is not None])}
-        out.append(dataclasses.replace(runs[0], **merged))
+        flags = [r.host_bound for r in runs if r.host_bound is not None]
+        out.append(dataclasses.replace(runs[0], **merged, host_bound=any(flags) if flags else None))
     return out
 
 
@@ -365,7 +366,10 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     and each cell's. Also the measured speedup over none by node count, so whether a method's
     advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
     (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
-    count cannot set α on its own. None when the fitted node counts have no serial none cells to fit on."""
+    count cannot set α on its own. A cell the host may have paced (``host_bound``) is predicted and
+    counted like the others, and marked; per node count, the error without those cells too
+    (``median_abs_error_host_free``, None when every cell there was host-bound). None when the
+    fitted node counts have no serial none cells to fit on."""
     rows = per_cell(rows)
     train = [r for r in rows if r.nodes in fit_nodes]
     f = fit(train, variant, network_from_every_method=True)
@@ -386,9 +390,9 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
                             slopes.get((twin.workload, twin.batch_size, twin.compressor)))
         cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,
                 "measured_s": r.step_s, "predicted_s": predicted, "error": predicted / r.step_s - 1,
-                "from_nodes": twin.nodes}
+                "from_nodes": twin.nodes, "host_bound": r.host_bound}
         cells_out.append(cell)
-        by_nodes.setdefault(r.nodes, []).append(abs(cell["error"]))
+        by_nodes.setdefault(r.nodes, []).append((abs(cell["error"]), bool(r.host_bound)))
     speedups: dict[str, dict[int, float]] = {}
     for r in rows:
         none = [b for b in rows if b.compressor == BASELINE and (b.workload, b.batch_size, b.latency_s, b.nodes, b.bw_bps,
@@ -398,7 +402,10 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
             key = f"{r.compressor} @ {r.bw_bps / 1e6:g} Mbit/s"
             speedups.setdefault(key, {})[r.nodes] = none[0].step_s / r.step_s
     return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta,
-            "by_nodes": {p: {"median_abs_error": statistics.median(e), "cells": len(e)} for p, e in sorted(by_nodes.items())},
+            "by_nodes": {p: {"median_abs_error": statistics.median(x for x, _ in e), "cells": len(e),
+                             "host_bound_cells": sum(b for _, b in e),
+                             "median_abs_error_host_free": statistics.median(free) if (free := [x for x, b in e if not b]) else None}
+                         for p, e in sorted(by_nodes.items())},
             "cells": cells_out, "measured_speedup": speedups}
 
 

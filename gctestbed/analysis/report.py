@@ -26,7 +26,7 @@ PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "seed", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
-              "busbw_fraction", "final_loss", "dilate")
+              "busbw_fraction", "final_loss", "dilate", "host_bound")
 
 
 def fmt_bw(bps: float | None) -> str:
@@ -38,6 +38,12 @@ def dilated_label(dilated: dict[str, int]) -> str:
     """What the report says of its dilated cells (--dilate K), whose times and rates are emulated."""
     return ("Dilated cells: " + ", ".join(f"{n} dilated x{k}" for k, n in dilated.items())
             + "; their times and rates are in emulated units (host seconds / K), as every other cell's are in seconds.")
+
+
+def host_bound_label(run_ids: list[str]) -> str:
+    """What the report says of the cells the host, not the link, may have paced."""
+    return (f"HOST-BOUND cells: {len(run_ids)} ({', '.join(run_ids)}): this host, not the emulated link, may have "
+            "set their step times ('gctestbed show RUN' says why); their figures are the host's.")
 
 
 def pct(x: float | None) -> str:
@@ -76,6 +82,8 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         "held_out": model.held_out(rows, fit_nodes) if fit_nodes else None,
         # cells whose compute came from a trace (docs/replay.md): their workload label names it
         "replayed": sorted({r.workload for r in rows if r.workload.startswith("replay of ")}),
+        # replayed cells the host, not the link, may have paced (show's HOST-BOUND): their figures are the host's
+        "host_bound": sorted(r.run_id for r in rows if r.host_bound),
     }
     for t in out["time_to_accuracy"]:
         for b in t["break_even"]:
@@ -161,7 +169,8 @@ def render_html(report: dict) -> str:
              + (f"<p><b>Replayed cells</b> (compute from a trace, everything on the wire real; docs/replay.md): "
                 f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed")
                 else "<p>Every cell ran its model for real (no replayed cells).</p>")
-             + (f"<p>{html.escape(dilated_label(report['dilated']))}</p>" if report.get("dilated") else ""),
+             + (f"<p>{html.escape(dilated_label(report['dilated']))}</p>" if report.get("dilated") else "")
+             + (f"<p><b>{html.escape(host_bound_label(report['host_bound']))}</b></p>" if report.get("host_bound") else ""),
              f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
              _table(["setting", "method", "break-even", "flags"],
@@ -205,8 +214,9 @@ def render_html(report: dict) -> str:
         parts.append(f"<h2>The model where it was not fitted</h2><p>Fitted on {held_out_label(held)}; each cell of "
                      "another node count predicted from its twin among those (bytes and messages by the ring "
                      "formulas).</p>" + _table(
-                         ["nodes", "cells", "median |error|"],
-                         [[p, v["cells"], pct(v["median_abs_error"])] for p, v in held["by_nodes"].items()]))
+                         ["nodes", "cells", "median |error|", "host-bound cells", "median |error| without them"],
+                         [[p, v["cells"], pct(v["median_abs_error"]), v["host_bound_cells"],
+                           pct(v["median_abs_error_host_free"])] for p, v in held["by_nodes"].items()]))
         counts = sorted({p for v in held["measured_speedup"].values() for p in v})
         if counts:
             parts.append("<p>Measured speedup over none by node count (overlap):</p>" + _table(

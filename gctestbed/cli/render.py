@@ -257,16 +257,20 @@ def print_summary(s: results.RunSummary) -> None:
 def _cpu_rows(cpu: dict | None, warned: bool = False) -> list[tuple[str, str]]:
     """How the nodes shared the CPUs: the cap, or a warning when more nodes than cores ran
     uncapped (only the fact where the HOST-BOUND row has warned already); each node's CPU time
-    against wall time, where either is worth reading."""
+    against wall time, where either is worth reading; the host's own CPU over the steps."""
+    host = cpu.get("host") if cpu else None
+    rows = [("host CPU over the steps", f"{host['busy']:.0%} busy (user {host['user']:.0%}, kernel {host['system']:.0%}, "
+                                        f"interrupts {host['irq']:.0%}, steal {host['steal']:.0%}); saturated "
+                                        f"{host['saturated_share']:.0%} of {host['window_s']:.1f} s on this host")] if host else []
     if not cpu or not (cpu["cpus_per_node"] or cpu["contended"]):
-        return []
+        return rows
     if cpu["cpus_per_node"]:
         head = ("CPU per node", f"held to {cpu['cpus_per_node']:g} CPUs (cgroup)")
     else:
         head = ("CPU contention", f"{len(cpu['nodes'])} nodes shared {cpu['host_cpus']} cores with no --cpus-per-node"
                                   + ("" if warned else ": compute times depend on the scheduler"))
     kernel = cpu.get("cgroups") or {}
-    rows = [head]
+    rows.append(head)
     for n in cpu["nodes"]:
         if n["cpu_share"] is None:
             continue
@@ -289,6 +293,8 @@ def print_report(r: dict) -> None:
     terminal.print(table)
     if r.get("dilated"):
         terminal.print(report_.dilated_label(r["dilated"]))
+    if r.get("host_bound"):
+        terminal.print(report_.host_bound_label(r["host_bound"]))
     for t in r["time_to_accuracy"]:
         target = (f"accuracy {t['target_accuracy']:.3f}" if t["target_accuracy"] is not None else f"loss {t['target_loss']:.4g}")
         terminal.print(f"time to {target}, {t['group']}: " + ", ".join(
@@ -308,6 +314,8 @@ def print_report(r: dict) -> None:
     if held:
         terminal.print(f"model fitted on {report_.held_out_label(held)}, tested on other node counts: " + ", ".join(
             f"{p} nodes {report_.pct(v['median_abs_error'])} median |error| over {v['cells']} cells"
+            + (f" ({v['host_bound_cells']} HOST-BOUND; without them {report_.pct(v['median_abs_error_host_free'])})"
+               if v["host_bound_cells"] else "")
             for p, v in held["by_nodes"].items()))
         for method, by in held["measured_speedup"].items():
             terminal.print(f"  measured speedup over none, {method}: " + ", ".join(f"{p} nodes {x:.2f}x" for p, x in sorted(by.items())))

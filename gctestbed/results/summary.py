@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .. import hostcpu
 from ..spec import LOCAL_COMMS, RunSpec
 from . import store
 
@@ -73,6 +74,9 @@ STEP_TIMES = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s"
 # had (its --cpus-per-node cap), or the nodes together this share of the host's cores: the host,
 # not the link, then bounds what the run measured (see _host_bound).
 HOST_BOUND_SHARE = 0.9
+# The host's own counters (hostcpu), where the run sampled them: its cores saturated for at least
+# this share of the measured steps' time paced the steps themselves, whatever the nodes' own times say
+HOST_SATURATED_SHARE = 0.5
 
 
 def emulated(spec: RunSpec, rows: Iterable) -> list:
@@ -262,12 +266,14 @@ def _amortised(per_step: list) -> dict[str, Any]:
             "steps": len(per_step)}
 
 
-def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
+def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | None = None) -> dict[str, Any]:
     """How the nodes shared this host's CPUs (and memory): the cap (--cpus-per-node, 0 for
     none), whether more nodes than cores ran uncapped (then compute times depend on the
     scheduler), the CPUs the workers were allowed in all (``workers_cpus``: each its cap, or one
     uncapped), each node's CPU time over its wall time and its memory as the node measured them,
-    and the kernel's throttling counters of each node's cgroup where there were any."""
+    the kernel's throttling counters of each node's cgroup where there were any, and the host's
+    own CPU over ``window`` (the measured steps, in host seconds; ``host``: hostcpu.over, None
+    where the run took no samples)."""
     cores, cap = env.get("cpus"), spec.cpus_per_node
     per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
                  "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None,
@@ -276,19 +282,37 @@ def _cpu(spec: RunSpec, nodes: list, env: dict) -> dict[str, Any]:
     workers = round(spec.nodes * (cap or 1.0), 6)
     return {"cpus_per_node": cap, "host_cpus": cores, "workers_cpus": workers,
             "contended": bool(cores and not cap and workers + spec.servers > cores), "nodes": per_node,
-            "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares")}
+            "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares"),
+            "host": hostcpu.over(env.get("host_cpu"), *window) if window else None}
+
+
+def _window(host_rows: list, measured: list[int]) -> tuple[float, float] | None:
+    """The measured steps' span in host seconds: from the earliest start of the first (a row's
+    end, ``t``, less its step time) to the latest end of the last."""
+    if not measured:
+        return None
+    first = [r["t"] - r["step_s"] for r in host_rows if r["step"] == measured[0]]
+    last = [r["t"] for r in host_rows if r["step"] == measured[-1]]
+    return (min(first), max(last)) if first and last else None
 
 
 def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
-    """Whether this host's CPUs, not the shaped links, bounded the run: a node whose CPU time over
-    its wall time reached HOST_BOUND_SHARE of its --cpus-per-node cap, or nodes that together
-    reached that share of the host's cores. The shares are over each node's whole life (start-up
-    included, which runs at about one CPU), so a short run reads high rather than low. None when
-    no node stored its CPU time."""
+    """Whether this host's CPUs, not the shaped links, bounded the run: the host's cores saturated
+    (hostcpu.SATURATED busy, the kernel's own work included) for HOST_SATURATED_SHARE of the
+    measured steps' time, or a node whose CPU time over its wall time reached HOST_BOUND_SHARE of
+    its --cpus-per-node cap. A run that took no samples of the host (stored before they were
+    taken) is judged instead by the nodes' CPU times together against that share of the host's
+    cores. The nodes' shares are over each node's whole life (start-up included, which runs at
+    about one CPU), so a short run reads high rather than low. None when there is no figure."""
     shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
-    if not shares:
+    host = cpu.get("host")
+    if not shares and host is None:
         return None, None
     reasons = []
+    if host is not None and host["saturated_share"] >= HOST_SATURATED_SHARE:
+        reasons.append(f"the host's cores were saturated (at least {hostcpu.SATURATED:.0%} busy) for "
+                       f"{host['saturated_share']:.0%} of the measured steps' {host['window_s']:.1f} s on this host, "
+                       f"{host['system'] + host['irq']:.0%} of their time in the kernel")
     if cpu["cpus_per_node"]:
         cap = cpu["cpus_per_node"]
         kernel = cpu.get("cgroups") or {}
@@ -296,14 +320,13 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
             if share >= HOST_BOUND_SHARE * cap:
                 k = kernel.get(str(rank))
                 throttled = f", throttled in {k['throttled_periods']} of {k['periods']} periods" if k and k["periods"] else ""
-                reasons.append(f"node {rank} used {share:.2f} of its {cap:g} CPUs{throttled}")
+                reasons.append(f"node {rank} used {share:.2f} of its {cap:g} CPUs (at least {HOST_BOUND_SHARE:.0%}){throttled}")
     total, cores = sum(share for _, share in shares), cpu["host_cpus"]
-    if cores and total >= HOST_BOUND_SHARE * cores:
-        reasons.append(f"the nodes together used {total:.2f} of the host's {cores} cores")
+    if host is None and cores and total >= HOST_BOUND_SHARE * cores:
+        reasons.append(f"the nodes together used {total:.2f} of the host's {cores} cores (at least {HOST_BOUND_SHARE:.0%})")
     if not reasons:
         return False, None
-    return True, ("; ".join(reasons) + f" (at least {HOST_BOUND_SHARE:.0%}): the host's CPU, not the link, "
-                  "may have set the step time")
+    return True, "; ".join(reasons) + ": the host's CPU, not the link, may have set the step time"
 
 
 def _oversubscribed(spec: RunSpec, cpu: dict) -> tuple[bool | None, str | None]:
@@ -380,7 +403,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     per_step_stat, window = ("median", per_step) if every else \
         ("mean", _whole_periods(per_step) if spec.comm in LOCAL_COMMS else per_step)
     stat = _median if every else _mean
-    cpu = _cpu(spec, nodes, env)
+    cpu = _cpu(spec, nodes, env, _window(host_rows, measured))
     # a replay that waits without the CPU (compute=sleep) should leave it idle: near saturation, the host
     # was the bottleneck. A spun replay's compute, or a mixed run's real ranks, take the CPU by design: only
     # whether its workers fit the host's cores. A real run measures the host itself: no figure
