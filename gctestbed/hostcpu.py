@@ -4,9 +4,12 @@ A node's CPU time misses what the kernel does for the network on its behalf: for
 the switch namespace and the veth pairs, the qdiscs, TCP's acknowledgements, much of it in
 softirq context charged to no process. On a small host emulating many nodes that work, not the
 shaped link, can set the pace (64 replayed nodes at x64 on a 2-core host: the cores without idle
-time through the collectives, the link 54 % used; docs/replay.md, "When the host falls behind").
+time through the collectives, the link 59 % used; docs/replay.md, "The host's own counters").
 The kernel's counters see it: a host whose cores had no idle time for most of the measured steps
 paced them itself.
+
+The counters are the whole host's, all cores together: other jobs on the host count too, and one
+saturated core among many idle ones does not read as saturated.
 """
 
 from __future__ import annotations
@@ -17,69 +20,77 @@ import time
 # CPU to spare: whatever waited for a core in it waited on the host
 SATURATED = 0.95
 MAX_SAMPLES = 1200      # a long run's samples are thinned to every other one past this (bounded storage)
-FIELDS = ("t", "user", "system", "irq", "idle", "steal")   # a sample: time.time() and cumulative clock ticks
+# a sample: time.time(), cumulative clock ticks by kind, and the seconds so far in which the host was
+# SATURATED, judged interval by interval between consecutive polls (so thinning the samples later
+# does not average short saturated stretches away)
+FIELDS = ("t", "user", "system", "irq", "idle", "steal", "saturated_s")
+
+
+def parse(line: str) -> list[int]:
+    """/proc/stat's aggregate ``cpu`` line as clock ticks: user (with nice), system, interrupts
+    (hard and soft), idle (with iowait) and steal. Guest time is left out because the kernel
+    already counts it inside user and nice; a kernel that lists fewer fields gives zeros."""
+    ticks = [int(x) for x in line.split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks + [0] * (8 - len(ticks))
+    return [user + nice, system, irq + softirq, idle + iowait, steal]
 
 
 def read() -> list[float]:
-    """The host's CPU time so far, all cores together, in clock ticks: user (with nice), system,
-    interrupts (hard and soft), idle (with iowait) and steal, after the moment it was read."""
+    """time.time() and the host's CPU ticks so far (``parse``), read right after it."""
     with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    user, nice, system, idle, iowait, irq, softirq, steal = ticks + [0] * (8 - len(ticks))
-    return [time.time(), user + nice, system, irq + softirq, idle + iowait, steal]
+        return [time.time(), *parse(f.readline())]
 
 
 class Sampler:
-    """Samples of read() taken while the run's steps go (``tick(active=True)``), with the one just
-    before they began, so that the first step is bracketed too; at most MAX_SAMPLES of them."""
+    """The runner's samples of the host, one per poll: kept while the run's steps go
+    (``tick(active=True)``), at most MAX_SAMPLES of them; each poll before that only counts
+    towards the saturated seconds."""
 
     def __init__(self) -> None:
         self.samples: list[list[float]] = []
-        self._before: list[float] | None = None
+        self._last: list[float] | None = None
+        self._saturated_s = 0.0
 
     def tick(self, active: bool) -> None:
+        """Read the host once; keep the sample if the steps have begun."""
         try:
             sample = read()
         except OSError:          # no /proc (not Linux): no figure
             return
+        if self._last is not None:
+            d = [b - a for a, b in zip(self._last[1:], sample[1:])]
+            total = sum(d)
+            if total > 0 and (total - d[3]) / total >= SATURATED:
+                self._saturated_s += sample[0] - self._last[0]
+        self._last = sample + [self._saturated_s]
         if not active:
-            self._before = sample
             return
-        if not self.samples and self._before is not None:
-            self.samples.append(self._before)
-        self.samples.append(sample)
+        self.samples.append(self._last)
         if len(self.samples) > MAX_SAMPLES:
             self.samples = self.samples[::2] if len(self.samples) % 2 else self.samples[::2] + self.samples[-1:]
 
     def record(self) -> dict | None:
-        """What the store keeps: the samples, and what their columns are."""
+        """What the store keeps: the samples, and what their columns are; None before any step."""
         return {"fields": list(FIELDS), "samples": [[round(v, 3) for v in s] for s in self.samples]} \
-            if len(self.samples) >= 2 else None
+            if self.samples else None
 
 
 def over(record: dict | None, start: float, end: float) -> dict | None:
     """The host's CPU over the samples taken from ``start`` to ``end`` (time.time() seconds): the
     share of its cores' time that was busy, by kind, and the share of the time in which the cores
-    were SATURATED. None without two such samples (no figure, or a window shorter than the
-    sampling's period)."""
+    were SATURATED. None without two such samples (no figure, or a window shorter than two of the
+    runner's polls)."""
     if not record:
         return None
     rows = [dict(zip(record["fields"], s)) for s in record["samples"]]
     inside = [r for r in rows if start <= r["t"] <= end]
     if len(inside) < 2:
         return None
-    saturated = 0.0
-    for a, b in zip(inside, inside[1:]):
-        d = {k: b[k] - a[k] for k in FIELDS[1:]}
-        total = sum(d.values())
-        if total > 0 and (total - d["idle"]) / total >= SATURATED:
-            saturated += b["t"] - a["t"]
     first, last = inside[0], inside[-1]
-    d = {k: last[k] - first[k] for k in FIELDS[1:]}
-    total = sum(d.values())
-    if total <= 0:
+    d = {k: last[k] - first[k] for k in FIELDS[1:6]}
+    total, window = sum(d.values()), last["t"] - first["t"]
+    if total <= 0 or window <= 0:
         return None
-    window = last["t"] - first["t"]
     return {"window_s": window, "busy": (total - d["idle"]) / total, "user": d["user"] / total,
             "system": d["system"] / total, "irq": d["irq"] / total, "steal": d["steal"] / total,
-            "saturated_share": saturated / window if window > 0 else 0.0}
+            "saturated_share": (last["saturated_s"] - first["saturated_s"]) / window}

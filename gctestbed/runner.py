@@ -133,6 +133,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
             if all(code == 0 for code in codes.values()):
+                host.tick(active=recorded > 0)          # after the last step's row: the samples cover it
                 for r in procs:
                     recorder.node(r, exit_code=0)
                 return None

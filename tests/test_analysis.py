@@ -142,7 +142,7 @@ def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_w
     assert sum(bool(r.host_bound) for r in model.per_cell(again + rows)) == len(paced)
     out = report.analyse(rows, fit_nodes={2, 4})
     assert out["host_bound"] == sorted(paced)
-    assert "HOST-BOUND cells: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,
+    assert "HOST-BOUND runs: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,
                                                                       "pictures": []})
 
 

@@ -169,12 +169,14 @@ def _host_samples(rec, busy: float, kernel: float) -> None:
     rec.conn.execute("UPDATE steps SET t = t - 30 WHERE step = 0")
     t0, t1 = rec.conn.execute("SELECT MIN(t) - 10, MAX(t) + 2 FROM steps").fetchone()
     measured = rec.conn.execute("SELECT MAX(t) - 8 FROM steps").fetchone()[0]      # step 1's start
-    samples, ticks = [], [0, 0, 0, 0, 0]
+    samples, ticks, saturated_s = [], [0, 0, 0, 0, 0], 0
     for i in range(int(t1 - t0) + 1):
-        samples.append([t0 + i] + ticks)
+        samples.append([t0 + i] + ticks + [saturated_s])
         b, k = (busy, kernel) if t0 + i >= measured - 1 else (0.0, 0.0)
         ticks = [ticks[0] + 200 * (b - k), ticks[1] + 100 * k, ticks[2] + 100 * k, ticks[3] + 200 * (1 - b), 0]
-    rec.update_environment(host_cpu={"fields": ["t", "user", "system", "irq", "idle", "steal"], "samples": samples})
+        saturated_s += b >= 0.95
+    rec.update_environment(host_cpu={"fields": ["t", "user", "system", "irq", "idle", "steal", "saturated_s"],
+                                     "samples": samples})
 
 
 def test_a_sleeping_replay_whose_host_had_no_idle_time_says_so(tmp_path):
@@ -198,6 +200,16 @@ def test_a_sleeping_replay_whose_host_had_no_idle_time_says_so(tmp_path):
     assert s.host_bound is False and s.cpu["host"]["saturated_share"] == 0.0, s.host_bound_reason
     idle.close()
     assert [r.host_bound for r in cells.load(str(tmp_path / "b"))] == [False]
+    late = _store(tmp_path / "c", _dilated_spec(), cpu_s=0.3)              # idle host, but the replay fell behind
+    late.conn.execute("UPDATE steps SET behind_s = ?", (K * 0.1,))          # 0.1 s of a 2 s step: over 2 %
+    s = results.summarize(late.conn, results.find_run(late.conn, "d1"))
+    assert s.host_bound is False and s.host_behind is True
+    late.close()
+    assert [r.host_bound for r in cells.load(str(tmp_path / "c"))] == [True]   # the report marks either sign
+    # the boundary: saturated for at least half the measured steps' time
+    for share, flagged in ((0.55, True), (0.5, True), (0.45, False)):
+        host = {"saturated_share": share, "window_s": 10.0, "system": 0.3, "irq": 0.2}
+        assert results.summary._host_bound({"nodes": [], "cpus_per_node": 0, "host_cpus": 2, "host": host})[0] is flagged
 
 
 def test_a_dilated_run_cannot_be_traced(tmp_path):

@@ -41,8 +41,9 @@ def dilated_label(dilated: dict[str, int]) -> str:
 
 
 def host_bound_label(run_ids: list[str]) -> str:
-    """What the report says of the cells the host, not the link, may have paced."""
-    return (f"HOST-BOUND cells: {len(run_ids)} ({', '.join(run_ids)}): this host, not the emulated link, may have "
+    """What the report says of the runs the host, not the link, may have paced (a repeated cell's
+    runs each counted)."""
+    return (f"HOST-BOUND runs: {len(run_ids)} ({', '.join(run_ids)}): this host, not the emulated link, may have "
             "set their step times ('gctestbed show RUN' says why); their figures are the host's.")
 
 

@@ -273,7 +273,7 @@ def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | No
     uncapped), each node's CPU time over its wall time and its memory as the node measured them,
     the kernel's throttling counters of each node's cgroup where there were any, and the host's
     own CPU over ``window`` (the measured steps, in host seconds; ``host``: hostcpu.over, None
-    where the run took no samples)."""
+    where the run took no samples or too few; ``host_sampled``: whether the runner sampled it)."""
     cores, cap = env.get("cpus"), spec.cpus_per_node
     per_node = [{"rank": r["rank"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
                  "cpu_share": r["cpu_s"] / r["wall_s"] if r["cpu_s"] is not None and r["wall_s"] else None,
@@ -283,7 +283,8 @@ def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | No
     return {"cpus_per_node": cap, "host_cpus": cores, "workers_cpus": workers,
             "contended": bool(cores and not cap and workers + spec.servers > cores), "nodes": per_node,
             "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares"),
-            "host": hostcpu.over(env.get("host_cpu"), *window) if window else None}
+            "host": hostcpu.over(env.get("host_cpu"), *window) if window else None,
+            "host_sampled": "host_cpu" in env}
 
 
 def _window(host_rows: list, measured: list[int]) -> tuple[float, float] | None:
@@ -301,11 +302,12 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
     (hostcpu.SATURATED busy, the kernel's own work included) for HOST_SATURATED_SHARE of the
     measured steps' time, or a node whose CPU time over its wall time reached HOST_BOUND_SHARE of
     its --cpus-per-node cap. A run that took no samples of the host (stored before they were
-    taken) is judged instead by the nodes' CPU times together against that share of the host's
-    cores. The nodes' shares are over each node's whole life (start-up included, which runs at
+    taken, or run on other hosts by ``gctestbed node``) is judged instead by the nodes' CPU times
+    together against that share of the host's cores; a run that sampled the host over too short a
+    span (fewer than two polls) gets no host figure and no such fallback. The nodes' shares are over each node's whole life (start-up included, which runs at
     about one CPU), so a short run reads high rather than low. None when there is no figure."""
     shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
-    host = cpu.get("host")
+    host, sampled = cpu.get("host"), cpu.get("host_sampled")
     if not shares and host is None:
         return None, None
     reasons = []
@@ -322,7 +324,7 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
                 throttled = f", throttled in {k['throttled_periods']} of {k['periods']} periods" if k and k["periods"] else ""
                 reasons.append(f"node {rank} used {share:.2f} of its {cap:g} CPUs (at least {HOST_BOUND_SHARE:.0%}){throttled}")
     total, cores = sum(share for _, share in shares), cpu["host_cpus"]
-    if host is None and cores and total >= HOST_BOUND_SHARE * cores:
+    if not sampled and cores and total >= HOST_BOUND_SHARE * cores:
         reasons.append(f"the nodes together used {total:.2f} of the host's {cores} cores (at least {HOST_BOUND_SHARE:.0%})")
     if not reasons:
         return False, None
@@ -468,7 +470,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         eval_samples=nodes[0]["eval_samples"] if nodes else None,
         params_identical=_identical([r for r in nodes if r["role"] != "server"]),
         latency_impl=env.get("shaping", {}).get("latency_impl"),
-        environment=env,
+        environment={k: v for k, v in env.items() if k != "host_cpu"},     # the host's samples: read into cpu["host"]
         calibration=calibration,
         calibration_missed=any(c["miss"] for c in calibration),
         faults=faults,
