@@ -43,8 +43,9 @@ def read() -> list[float]:
 
 class Sampler:
     """The runner's samples of the host, one per poll: kept while the run's steps go
-    (``tick(active=True)``), at most MAX_SAMPLES of them; each poll before that only counts
-    towards the saturated seconds."""
+    (``tick(active=True)``), with the poll just before they began so that their start is
+    bracketed, at most MAX_SAMPLES of them; each earlier poll only counts towards the saturated
+    seconds."""
 
     def __init__(self) -> None:
         self.samples: list[list[float]] = []
@@ -57,14 +58,13 @@ class Sampler:
             sample = read()
         except OSError:          # no /proc (not Linux): no figure
             return
-        if self._last is not None:
-            d = [b - a for a, b in zip(self._last[1:], sample[1:])]
-            total = sum(d)
-            if total > 0 and (total - d[3]) / total >= SATURATED:
-                self._saturated_s += sample[0] - self._last[0]
-        self._last = sample + [self._saturated_s]
+        if self._last is not None and _saturated([b - a for a, b in zip(self._last[1:], sample[1:])]):
+            self._saturated_s += sample[0] - self._last[0]
+        before, self._last = self._last, sample + [self._saturated_s]
         if not active:
             return
+        if not self.samples and before is not None:
+            self.samples.append(before)
         self.samples.append(self._last)
         if len(self.samples) > MAX_SAMPLES:
             self.samples = self.samples[::2] if len(self.samples) % 2 else self.samples[::2] + self.samples[-1:]
@@ -76,21 +76,35 @@ class Sampler:
 
 
 def over(record: dict | None, start: float, end: float) -> dict | None:
-    """The host's CPU over the samples taken from ``start`` to ``end`` (time.time() seconds): the
-    share of its cores' time that was busy, by kind, and the share of the time in which the cores
-    were SATURATED. None without two such samples (no figure, or a window shorter than two of the
-    runner's polls)."""
+    """The host's CPU from ``start`` to ``end`` (time.time() seconds), read between the samples
+    that bracket them (the last at or before ``start``, the first at or after ``end``; the
+    nearest inside where the samples do not reach that far): the share of its cores' time that
+    was busy, by kind, and the share of the time in which the cores were SATURATED. None without
+    two distinct samples there. Samples stored before ``saturated_s`` was a column (commit
+    e09d7bf) are judged interval by interval between the stored samples, which is the same where
+    they were never thinned."""
     if not record:
         return None
     rows = [dict(zip(record["fields"], s)) for s in record["samples"]]
-    inside = [r for r in rows if start <= r["t"] <= end]
-    if len(inside) < 2:
+    rows = ([r for r in rows if r["t"] <= start][-1:] + [r for r in rows if start < r["t"] < end]
+            + [r for r in rows if r["t"] >= end][:1])
+    if len(rows) < 2:
         return None
-    first, last = inside[0], inside[-1]
+    first, last = rows[0], rows[-1]
     d = {k: last[k] - first[k] for k in FIELDS[1:6]}
     total, window = sum(d.values()), last["t"] - first["t"]
     if total <= 0 or window <= 0:
         return None
+    if "saturated_s" in record["fields"]:
+        saturated = last["saturated_s"] - first["saturated_s"]
+    else:
+        saturated = sum(b["t"] - a["t"] for a, b in zip(rows, rows[1:]) if _saturated([b[k] - a[k] for k in FIELDS[1:6]]))
     return {"window_s": window, "busy": (total - d["idle"]) / total, "user": d["user"] / total,
             "system": d["system"] / total, "irq": d["irq"] / total, "steal": d["steal"] / total,
-            "saturated_share": (last["saturated_s"] - first["saturated_s"]) / window}
+            "saturated_share": saturated / window}
+
+
+def _saturated(ticks: list[float]) -> bool:
+    """Whether an interval's ticks (user, system, irq, idle, steal) were SATURATED busy."""
+    total = sum(ticks)
+    return total > 0 and (total - ticks[3]) / total >= SATURATED

@@ -133,7 +133,8 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
             if all(code == 0 for code in codes.values()):
-                host.tick(active=recorded > 0)          # after the last step's row: the samples cover it
+                # after the last step's row, so the samples bracket it (however fast the steps were)
+                host.tick(active=recorded > 0 or sum(results.steps_per_rank(recorder.conn, spec.run_id).values()) > 0)
                 for r in procs:
                     recorder.node(r, exit_code=0)
                 return None

@@ -38,17 +38,23 @@ def here(*args, env: dict | None = None, check: bool = False, limit_s: int = 900
 
     def too_long(signum, frame):
         raise TimeoutError(f"gctestbed {' '.join(map(str, args))} took over {limit_s} s")
+    fired = []
+
+    def outer_fired(signum, frame):       # the outer limit, once: not armed again afterwards
+        fired.append(signum)
+        if callable(before):
+            before(signum, frame)
     before = signal.signal(signal.SIGALRM, too_long)
     outer, began = signal.alarm(limit_s), time.monotonic()
     if outer and outer < limit_s:         # the outer limit comes first: keep it
-        signal.signal(signal.SIGALRM, before)
+        signal.signal(signal.SIGALRM, outer_fired)
         signal.alarm(outer)
     try:
         done = CliRunner().invoke(main, [str(a) for a in args], env=env, prog_name="gctestbed", catch_exceptions=False)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
-        if outer:
+        if outer and not fired:
             signal.alarm(max(1, round(outer - (time.monotonic() - began))))
     if check:
         assert done.exit_code == 0, (args, done.stderr)

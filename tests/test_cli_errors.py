@@ -75,3 +75,33 @@ def test_the_in_process_helper_keeps_an_outer_time_limit():
     finally:
         signal.alarm(0)
     assert 290 <= left <= 300, left
+
+
+def test_the_in_process_helper_lets_a_shorter_outer_limit_fire_once(monkeypatch):
+    """An outer alarm due before the helper's own limit fires on time, once, and is not armed again."""
+    import signal
+    import time
+
+    from click.testing import CliRunner
+
+    from helpers import here
+
+    class Slow(Exception):
+        pass
+
+    def slow(self, *args, **kwargs):
+        time.sleep(2.5)
+        raise Slow
+    monkeypatch.setattr(CliRunner, "invoke", slow)
+    calls = []
+    before = signal.signal(signal.SIGALRM, lambda signum, frame: calls.append(time.monotonic()))
+    began = time.monotonic()
+    try:
+        signal.alarm(1)
+        with pytest.raises(Slow):
+            here("--help")
+        time.sleep(2.0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert len(calls) == 1 and 0.9 <= calls[0] - began <= 1.5, [c - began for c in calls]

@@ -44,11 +44,18 @@ def test_the_window_s_shares_and_saturated_time_as_worked_out_by_hand(monkeypatc
     # over 10-14 s: 800 ticks, 130 idle; user 300, system 200, irq 170; saturated 1 s + 2 s of 4 s
     assert got == pytest.approx({"window_s": 4.0, "busy": 670 / 800, "user": 300 / 800, "system": 200 / 800,
                                  "irq": 170 / 800, "steal": 0.0, "saturated_share": 0.75})
-    assert hostcpu.over(_sampled(monkeypatch, rows).record(), 10.5, 11.5) is None    # one sample inside
+    # a window between two samples is read between the samples around it: 10-12 s, 276 of 400 busy
+    short = hostcpu.over(_sampled(monkeypatch, rows).record(), 10.5, 11.5)
+    assert short == pytest.approx({"window_s": 2.0, "busy": 276 / 400, "user": 150 / 400, "system": 70 / 400,
+                                   "irq": 56 / 400, "steal": 0.0, "saturated_share": 0.5})
+    assert hostcpu.over(_sampled(monkeypatch, rows).record(), 21.0, 22.0) is None     # past the last sample
     assert hostcpu.over(None, 0, 1) is None
-    # polls before the steps began are not kept, but their saturated seconds count from the first poll
+    # polls before the steps began are not kept but the last of them, and their saturated seconds count
     late = _sampled(monkeypatch, rows, active=lambda i: i >= 2).record()
-    assert [s[0] for s in late["samples"]] == [12.0, 14.0, 20.0] and late["samples"][0][-1] == 1.0
+    assert [s[0] for s in late["samples"]] == [11.0, 12.0, 14.0, 20.0] and late["samples"][0][-1] == 1.0
+    # samples stored before saturated_s was a column (e09d7bf): judged between the stored samples
+    old = {"fields": list(hostcpu.FIELDS[:6]), "samples": [s[:6] for s in _sampled(monkeypatch, rows).record()["samples"]]}
+    assert hostcpu.over(old, 10.0, 14.0) == pytest.approx(got)
 
 
 @pytest.mark.parametrize("idle, saturated", [(9, True), (11, False)])    # 95.5 % and 94.5 % busy
@@ -82,9 +89,7 @@ def test_the_kernel_counts_every_core_spun_as_saturated():
     """A load this test knows: one busy loop per core for 2 s. The kernel's counters, read as a
     run reads them, must call the host saturated for most of it."""
     cores = os.cpu_count()
-    if len(os.sched_getaffinity(0)) != cores:
-        pytest.skip(f"this process may use {len(os.sched_getaffinity(0))} of the host's {cores} cores: "
-                    "it cannot fill them all")
+    assert len(os.sched_getaffinity(0)) == cores, "this test fills every core of the host: run it where it may use them all"
     sampler, until = hostcpu.Sampler(), time.time() + 2.0
     procs = [multiprocessing.get_context("fork").Process(target=_spin, args=(until,)) for _ in range(cores)]
     for p in procs:

@@ -303,9 +303,10 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
     measured steps' time, or a node whose CPU time over its wall time reached HOST_BOUND_SHARE of
     its --cpus-per-node cap. A run that took no samples of the host (stored before they were
     taken, or run on other hosts by ``gctestbed node``) is judged instead by the nodes' CPU times
-    together against that share of the host's cores; a run that sampled the host over too short a
-    span (fewer than two polls) gets no host figure and no such fallback. The nodes' shares are over each node's whole life (start-up included, which runs at
-    about one CPU), so a short run reads high rather than low. None when there is no figure."""
+    together against that share of the host's cores; a run that sampled the host too briefly (no
+    two samples around its measured steps) gets no host figure and no such fallback. The nodes'
+    shares are over each node's whole life (start-up included, which runs at about one CPU), so a
+    short run reads high rather than low. None when there is no figure."""
     shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
     host, sampled = cpu.get("host"), cpu.get("host_sampled")
     if not shares and host is None:
@@ -324,6 +325,8 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
                 throttled = f", throttled in {k['throttled_periods']} of {k['periods']} periods" if k and k["periods"] else ""
                 reasons.append(f"node {rank} used {share:.2f} of its {cap:g} CPUs (at least {HOST_BOUND_SHARE:.0%}){throttled}")
     total, cores = sum(share for _, share in shares), cpu["host_cpus"]
+    if sampled and host is None and not reasons:
+        return None, None                   # sampled over too short a span: no figure either way
     if not sampled and cores and total >= HOST_BOUND_SHARE * cores:
         reasons.append(f"the nodes together used {total:.2f} of the host's {cores} cores (at least {HOST_BOUND_SHARE:.0%})")
     if not reasons:
