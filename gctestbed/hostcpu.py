@@ -76,32 +76,42 @@ class Sampler:
 
 
 def over(record: dict | None, start: float, end: float) -> dict | None:
-    """The host's CPU from ``start`` to ``end`` (time.time() seconds), read between the samples
-    that bracket them (the last at or before ``start``, the first at or after ``end``; the
-    nearest inside where the samples do not reach that far): the share of its cores' time that
-    was busy, by kind, and the share of the time in which the cores were SATURATED. None without
-    two distinct samples there. Samples stored before ``saturated_s`` was a column (commit
-    e09d7bf) are judged interval by interval between the stored samples, which is the same where
-    they were never thinned."""
-    if not record:
+    """The host's CPU from ``start`` to ``end`` (time.time() seconds): each cumulative counter
+    read at both ends by straight-line interpolation between the two samples around it, so an
+    interval that reaches past the window counts for the part of it inside (thinned samples can
+    lie seconds apart); a window reaching past the samples is cut to them. The share of the
+    cores' time that was busy, by kind, and the share of the window in which the cores were
+    SATURATED. None without two distinct samples in it, or for samples stored before the
+    saturated seconds were a column (commit e09d7bf, whose stores have no such figure)."""
+    if not record or "saturated_s" not in record["fields"]:
         return None
-    rows = [dict(zip(record["fields"], s)) for s in record["samples"]]
-    rows = ([r for r in rows if r["t"] <= start][-1:] + [r for r in rows if start < r["t"] < end]
-            + [r for r in rows if r["t"] >= end][:1])
+    rows = sorted((dict(zip(record["fields"], s)) for s in record["samples"]), key=lambda r: r["t"])
     if len(rows) < 2:
         return None
-    first, last = rows[0], rows[-1]
-    d = {k: last[k] - first[k] for k in FIELDS[1:6]}
-    total, window = sum(d.values()), last["t"] - first["t"]
-    if total <= 0 or window <= 0:
+    start, end = max(start, rows[0]["t"]), min(end, rows[-1]["t"])
+    window = end - start
+    if window <= 0:
         return None
-    if "saturated_s" in record["fields"]:
-        saturated = last["saturated_s"] - first["saturated_s"]
-    else:
-        saturated = sum(b["t"] - a["t"] for a, b in zip(rows, rows[1:]) if _saturated([b[k] - a[k] for k in FIELDS[1:6]]))
+    first, last = _at(rows, start), _at(rows, end)
+    d = {k: last[k] - first[k] for k in FIELDS[1:6]}
+    total = sum(d.values())
+    if total <= 0:
+        return None
     return {"window_s": window, "busy": (total - d["idle"]) / total, "user": d["user"] / total,
             "system": d["system"] / total, "irq": d["irq"] / total, "steal": d["steal"] / total,
-            "saturated_share": saturated / window}
+            "saturated_share": (last["saturated_s"] - first["saturated_s"]) / window}
+
+
+def _at(rows: list[dict], t: float) -> dict:
+    """Every cumulative column at time ``t`` (within the samples' span), on the straight line
+    between the samples around it."""
+    after = next(i for i, r in enumerate(rows) if r["t"] >= t)
+    b = rows[after]
+    if after == 0 or b["t"] == t:
+        return b
+    a = rows[after - 1]
+    w = (t - a["t"]) / (b["t"] - a["t"])
+    return {k: a[k] + w * (b[k] - a[k]) for k in FIELDS}
 
 
 def _saturated(ticks: list[float]) -> bool:

@@ -132,13 +132,13 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
             if any(code not in (None, 0) for code in codes.values()):
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
+            count = sum(results.steps_per_rank(recorder.conn, spec.run_id).values())
             if all(code == 0 for code in codes.values()):
                 # after the last step's row, so the samples bracket it (however fast the steps were)
-                host.tick(active=recorded > 0 or sum(results.steps_per_rank(recorder.conn, spec.run_id).values()) > 0)
+                host.tick(active=count > 0)
                 for r in procs:
                     recorder.node(r, exit_code=0)
                 return None
-            count = sum(results.steps_per_rank(recorder.conn, spec.run_id).values())
             if count != recorded:
                 recorded, quiet_since = count, time.monotonic()
             elif watch and 0 < recorded < spec.nodes * spec.steps and \

@@ -137,7 +137,18 @@ def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_w
     v = held["by_nodes"][16]
     assert v["host_bound_cells"] == sum(c["host_bound"] is True for c in held["cells"] if c["nodes"] == 16) > 0
     assert v["median_abs_error_host_free"] < 0.01 and v["median_abs_error"] > v["median_abs_error_host_free"], v
-    assert held["by_nodes"][8]["host_bound_cells"] == 0
+    assert held["by_nodes"][8]["host_bound_cells"] == 0 and held["host_bound_fit_cells"] == 0
+    # cells marked among the fitted node counts are counted and said (planted: left unmarked)
+    fitted = {r.run_id for r in clean if r.nodes == 4 and r.mode == "serial"}
+    marked = [dataclasses.replace(r, host_bound=True) if r.run_id in fitted else r for r in rows]
+    held4 = model.held_out(marked, {2, 4})
+    assert held4["host_bound_fit_cells"] == len(fitted) > 0
+    assert f"{len(fitted)} of whose cells were HOST-BOUND" in report.held_out_label(held4)
+    # cells.csv writes the mark as 1, 0 or nothing, so a missing figure is not read as a no
+    report.write_cells_csv([r for r in marked if r.host_bound][:1] + [r for r in marked if r.host_bound is False][:1]
+                           + clean[:1], str(tmp_path / "cells.csv"))
+    with open(tmp_path / "cells.csv") as f:
+        assert [c["host_bound"] for c in csv.DictReader(f)] == ["1", "0", ""]
     again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False) for r in rows]
     assert sum(bool(r.host_bound) for r in model.per_cell(again + rows)) == len(paced)
     out = report.analyse(rows, fit_nodes={2, 4})
@@ -385,3 +396,31 @@ def test_the_held_out_model_grows_a_gathering_methods_decode_by_its_own_measured
     flat = from_two_nodes()
     monkeypatch.setattr(model, "decode_slopes", lambda rows: {})
     assert flat > 1.5 * from_two_nodes()
+
+
+def test_overlap_cannot_start_an_exchange_before_the_first_bucket_is_ready():
+    """A golden case worked by hand from DDP's pipeline, the rule the overlap term stands for: two
+    buckets, the first ready 4.5 ms after the step began, backward done at 7 ms, each bucket's
+    exchange 9 ms, encode and decode 0.3 ms on the side. Bucket 0 is exchanged from 4.5 to 13.5 ms,
+    bucket 1 (ready by 7 ms) from 13.5 to 22.5 ms: a step of 22.8 ms. Without the ready time
+    (planted) the exchanges would start at 0 and the step read 18.3 ms; a compute-bound step
+    (exchanges of 1 ms) is still compute plus the tail."""
+    ph = model.Phases(compute=7.0e-3, optim=0.0, encode=0.2e-3, decode=0.1e-3, first_ready=4.5e-3)
+    assert model.step_time(ph, 18e-3, 9e-3, "overlap", 1.0, "tail") == pytest.approx(22.8e-3)
+    assert model.step_time(ph, 2e-3, 1e-3, "overlap", 1.0, "tail") == pytest.approx(8.3e-3)
+    assert model.step_time(ph, 18e-3, 9e-3, "serial", 1.0, "tail") == pytest.approx(25.3e-3)   # serial: no overlap
+
+
+def test_the_first_ready_time_is_the_workloads_from_nones_serial_cells(tmp_path):
+    """Like compute, the first bucket's ready time is the workload's: from none's serial cells (an
+    overlap cell's waits on the network), the method's own where none has none; 0 where no cell
+    recorded it, which is the model without it."""
+    import dataclasses
+    synthetic.fill(str(tmp_path), nodes=(2,), bws=(1e9,))
+    rows = cells.load(str(tmp_path))
+    assert {r.first_ready_s for r in rows} == {None}
+    marked = [dataclasses.replace(r, first_ready_s=0.004 if r.mode == "serial" and r.compressor == "none" else 0.009)
+              for r in rows]
+    ph = model.phases(marked)
+    assert {p.first_ready for p in ph.values()} == {0.004}
+    assert {p.first_ready for p in model.phases(rows).values()} == {0.0}

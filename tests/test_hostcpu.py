@@ -44,18 +44,24 @@ def test_the_window_s_shares_and_saturated_time_as_worked_out_by_hand(monkeypatc
     # over 10-14 s: 800 ticks, 130 idle; user 300, system 200, irq 170; saturated 1 s + 2 s of 4 s
     assert got == pytest.approx({"window_s": 4.0, "busy": 670 / 800, "user": 300 / 800, "system": 200 / 800,
                                  "irq": 170 / 800, "steal": 0.0, "saturated_share": 0.75})
-    # a window between two samples is read between the samples around it: 10-12 s, 276 of 400 busy
+    # a window between samples takes each interval it cuts for the part inside (planted: read between the
+    # samples around it, 10-12 s): 10.5-11.5 s is half of 10-11 s (user 50, system 25, irq 23, idle 2,
+    # saturated 0.5 s) and half of 11-12 s (user 25, system 10, irq 5, idle 60, not saturated)
     short = hostcpu.over(_sampled(monkeypatch, rows).record(), 10.5, 11.5)
-    assert short == pytest.approx({"window_s": 2.0, "busy": 276 / 400, "user": 150 / 400, "system": 70 / 400,
-                                   "irq": 56 / 400, "steal": 0.0, "saturated_share": 0.5})
+    assert short == pytest.approx({"window_s": 1.0, "busy": 138 / 200, "user": 75 / 200, "system": 35 / 200,
+                                   "irq": 28 / 200, "steal": 0.0, "saturated_share": 0.5})
+    # a window reaching past the samples is cut to them: 9-15 s reads 10-14 s and a third of 14-20 s
+    wide = hostcpu.over(_sampled(monkeypatch, rows).record(), 9.0, 16.0)
+    assert wide == pytest.approx({"window_s": 6.0, "busy": 670 / 1200, "user": 300 / 1200, "system": 200 / 1200,
+                                  "irq": 170 / 1200, "steal": 0.0, "saturated_share": 0.5})
     assert hostcpu.over(_sampled(monkeypatch, rows).record(), 21.0, 22.0) is None     # past the last sample
     assert hostcpu.over(None, 0, 1) is None
     # polls before the steps began are not kept but the last of them, and their saturated seconds count
     late = _sampled(monkeypatch, rows, active=lambda i: i >= 2).record()
     assert [s[0] for s in late["samples"]] == [11.0, 12.0, 14.0, 20.0] and late["samples"][0][-1] == 1.0
-    # samples stored before saturated_s was a column (e09d7bf): judged between the stored samples
+    # samples stored before saturated_s was a column (e09d7bf) give no figure rather than a different one
     old = {"fields": list(hostcpu.FIELDS[:6]), "samples": [s[:6] for s in _sampled(monkeypatch, rows).record()["samples"]]}
-    assert hostcpu.over(old, 10.0, 14.0) == pytest.approx(got)
+    assert hostcpu.over(old, 10.0, 14.0) is None
 
 
 @pytest.mark.parametrize("idle, saturated", [(9, True), (11, False)])    # 95.5 % and 94.5 % busy

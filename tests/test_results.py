@@ -207,3 +207,25 @@ def test_a_replay_that_fell_behind_its_trace_is_called_host_bound(tmp_path, late
         rec.step(1, step, step_s=0.09, behind_s=None if late is None else late / 5)
     s = results.summarize(rec.conn, results.find_run(rec.conn, "r1"))
     assert (s.median_behind_s, s.host_behind) == (late, flagged)
+
+
+def test_a_steps_first_bucket_is_ready_when_its_latest_rank_has_one(tmp_path):
+    """No exchange of a step can start before every rank has its first bucket: per step the latest
+    rank's earliest ready_s, the median over steps 1 on (step 0 left out), in emulated seconds.
+    Worked by hand: steps 1-3 give 0.3, 0.5 and 0.4 s, median 0.4 s, / K = 4: 0.1 s (planted:
+    the earliest rank's gives 0.05, step 0 counted 0.1125, host seconds 0.4)."""
+    import dataclasses
+    ready = {0: ([0.9, 0.8], [0.7, 0.95]), 1: ([0.4, 0.2], [0.3, 0.6]), 2: ([0.5, 0.6], [0.1, 0.9]),
+             3: ([0.2, 0.25], [0.45, 0.4])}          # step: (rank 0's two buckets, rank 1's)
+    rec = results.Recorder(str(tmp_path), "r1")
+    rec.start_run(dataclasses.replace(_spec(), steps=4, dilate=4.0, workload="replay",
+                                      workload_options={"trace": "t.json.gz", "scale": 4, "compute": "sleep"}), {})
+    for step, ranks in ready.items():
+        for rank, times in enumerate(ranks):
+            rec.step(rank, step, exchanges=[_exchange(seq=i, bucket=i, ready_s=t, start_s=t, done_s=t + 0.1, payloads=None)
+                                            for i, t in enumerate(times)],
+                     layouts=[{"layout": 0, "params": [["module.w", [10]]]}] if step == 0 else [],
+                     step_s=1.0, compute_s=0.5)
+    rec.finish_run("ok")
+    s = results.summarize(rec.conn, results.find_run(rec.conn, "r1"))
+    assert s.median_first_ready_s == pytest.approx(0.1)

@@ -17,6 +17,12 @@ from .. import results
 from ..spec import RunSpec, UserError
 
 GROUP = ("workload", "nodes", "latency_s", "batch_size", "mode", "optimizer")
+# what makes two runs the same cell, but for the dilation (model.CELL adds it)
+SAME_CELL = ("workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode", "optimizer", "comm",
+             "servers")
+# a replayed cell whose emulated step is more than this much slower than the same cell's more dilated
+# run's was paced by work the dilation does not stretch (dilation_test)
+DILATION_TOLERANCE = 0.05
 
 
 @dataclass
@@ -73,6 +79,9 @@ class Row:
     device: str = "cpu"                     # what computed the gradients: cpu | cuda
     host_bound: bool | None = None          # a replay the host, not the link, may have paced (show's HOST-BOUND:
                                             # RunSummary.host_bound or host_behind); None for real runs
+    first_ready_s: float | None = None      # when a step's first bucket was ready (RunSummary.median_first_ready_s)
+    dilation_excess: float | None = None    # emulated step over the same cell's at its highest dilation, - 1
+    dilated_from: float | None = None       # (dilation_test); None where the cell ran at one K only
 
     @property
     def group(self) -> tuple:
@@ -132,9 +141,44 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             pull_rx_bytes=sum(v["median_pull_bytes"] or 0 for v in s.servers) / spec.nodes if s.servers else None,
             averaged_share=mean.get("averaged_share"), dilate=spec.dilate, seed=spec.seed,
             device=spec.device, run_s=run["finished_at"] - run["created_at"] if run["finished_at"] else None,
-            host_bound=None if s.host_bound is None and s.host_behind is None else bool(s.host_bound or s.host_behind)))
+            host_bound=None if s.host_bound is None and s.host_behind is None else bool(s.host_bound or s.host_behind),
+            first_ready_s=s.median_first_ready_s))
     conn.close()
     return rows
+
+
+def dilation_test(rows: list[Row]) -> list[Row]:
+    """The dilation test, where a store holds the same replayed cell at several dilations K: a
+    replay that nothing on this host paced reads the same emulated step at any K, since everything
+    it replays and shapes stretches with K; work the dilation does not stretch (Gloo's and the
+    kernel's CPU work on a step's critical path, on this host) weighs 1/K of it in emulated time, so
+    a cell that reads slower at a lower K carried some. Each run's median step against the median
+    over the runs at its cell's highest K: ``dilation_excess``, and ``host_bound`` set where it is
+    over DILATION_TOLERANCE. Independent of the host's counters: it caught cells whose cores had
+    idle time (docs/replay.md, "The HOST-BOUND rule against the dilation test")."""
+    import dataclasses
+    import statistics
+    cells: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.workload.startswith("replay of "):
+            cells.setdefault(_undilated(r), []).append(r)
+    out = []
+    for r in rows:
+        twins = cells.get(_undilated(r), []) if r.workload.startswith("replay of ") else []
+        top = max((t.dilate for t in twins), default=r.dilate)
+        if top == r.dilate:
+            out.append(r)
+            continue
+        excess = r.step_s / statistics.median(t.step_s for t in twins if t.dilate == top) - 1
+        out.append(dataclasses.replace(r, dilation_excess=excess, dilated_from=top,
+                                       host_bound=True if excess > DILATION_TOLERANCE else r.host_bound))
+    return out
+
+
+def _undilated(r: Row) -> tuple:
+    """The cell a run belongs to whatever its dilation: the workload's label names the replay's
+    scale, which --dilate sets to K."""
+    return (r.workload.replace(f", scale={r.dilate:g}", ""), *(getattr(r, k) for k in SAME_CELL[1:]))
 
 
 TAIL = 3

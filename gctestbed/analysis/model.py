@@ -1,11 +1,14 @@
 """The performance model: why a step takes what it takes, fitted on ``none`` and tested on the rest.
 
     serial:   T = T_compute + T_comm + T_encode + T_decode + T_optim
-    overlap:  T = max(λ·T_compute, T_comm - T_tail) + T_tail + T_encode + T_decode + T_optim
+    overlap:  T = max(λ·T_compute, λ·T_ready + T_comm - T_tail) + T_tail + T_encode + T_decode + T_optim
 
-T_compute is forward + backward and T_optim the optimizer step, the workload's, from none's serial
+T_compute is forward + backward, T_ready the time from the step's start until its first bucket is
+ready (on the latest rank), and T_optim the optimizer step, the workload's, from none's serial
 cells (timed with no communication in the way); T_encode and T_decode are the method's own, from
-its serial cells: none of these depends on the network. The communication time of a step
+its serial cells: none of these depends on the network. No exchange starts before T_ready, so the
+exchanges but the last run from T_ready on, while backward goes; a run that recorded no ready
+times has T_ready = 0 (every exchange may start with the step). The communication time of a step
 sums, over its collectives, the ring formulas
 
     all-reduce of b bytes:        2(p-1)·(α + L) + 2b(p-1)/(p·BW)
@@ -17,7 +20,7 @@ the host's own cost per message. The bytes are the step's
 exact payload sizes as the hook counted them. T_tail is the exchange of the bucket backward
 finishes last: it cannot start before backward ends, so it is never hidden (with one bucket,
 overlap is serial). The issue's simpler form, max(λ·T_compute, T_comm) + T_encode + T_decode,
-hides all communication; it is fitted and reported too, so the two can be compared.
+hides all communication and has no T_ready; it is fitted and reported too, so the two can be compared.
 
 Parameter servers (``--comm ps``) and local steps (``localsgd``, ``diloco``) have their own
 communication terms, with the same α and η:
@@ -49,7 +52,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..spec import LOCAL_COMMS
-from .cells import Row
+from .cells import SAME_CELL, Row
 
 TOLERANCE = 0.10
 VARIANTS = ("tail", "issue")
@@ -64,6 +67,7 @@ class Phases:
     optim: float
     encode: float
     decode: float
+    first_ready: float = 0.0    # from the step's start until its first bucket is ready: no exchange starts earlier
 
 
 @dataclass
@@ -104,9 +108,10 @@ def _setting(r: Row) -> tuple:
 
 
 def phases(rows: list[Row]) -> dict[tuple, Phases]:
-    """Per (workload, nodes, batch size, method), medians over serial cells: compute and optimizer
-    are the workload's, taken from none's cells (the method's own where none has none); encode and
-    decode are the method's own (from its overlap cells where it has no serial ones)."""
+    """Per (workload, nodes, batch size, method), medians over serial cells: compute, the first
+    bucket's ready time and optimizer are the workload's, taken from none's cells (the method's own
+    where none has none); encode and decode are the method's own (from its overlap cells where it
+    has no serial ones)."""
     out: dict[tuple, Phases] = {}
     serial = [r for r in rows if r.mode == "serial" and r.compute_s is not None]
     for key in {(*_setting(r), r.compressor) for r in rows}:
@@ -115,10 +120,12 @@ def phases(rows: list[Row]) -> dict[tuple, Phases]:
         if not workload:
             continue
         coded = own or [r for r in rows if (*_setting(r), r.compressor) == key]
+        ready = [r.first_ready_s for r in workload if r.first_ready_s is not None]
         out[key] = Phases(compute=statistics.median(r.compute_s for r in workload),
                           optim=statistics.median(r.optim_s or 0.0 for r in workload),
                           encode=statistics.median(r.encode_s or 0.0 for r in coded),
-                          decode=statistics.median(r.decode_s or 0.0 for r in coded))
+                          decode=statistics.median(r.decode_s or 0.0 for r in coded),
+                          first_ready=statistics.median(ready) if ready else 0.0)
     return out
 
 
@@ -138,7 +145,7 @@ def step_time(ph: Phases, comm: float, tail: float, mode: str, lam: float, varia
         return ph.compute + comm + fixed
     if variant == "issue":
         return max(lam * ph.compute, comm) + fixed
-    return max(lam * ph.compute, comm - tail) + tail + fixed
+    return max(lam * ph.compute, lam * ph.first_ready + comm - tail) + tail + fixed
 
 
 def _mode(r: Row) -> str:
@@ -332,8 +339,7 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", m
     return step_time(scaled, whole, whole * share, mode, f.lam, f.variant)
 
 
-CELL = ("workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode", "optimizer", "comm",
-        "servers", "dilate")
+CELL = (*SAME_CELL, "dilate")
 
 
 def per_cell(rows: list[Row]) -> list[Row]:
@@ -368,7 +374,9 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
     count cannot set α on its own. A cell the host may have paced (``host_bound``) is predicted and
     counted like the others, and marked; per node count, the error without those cells too
-    (``median_abs_error_host_free``, None when every cell there was host-bound). None when the
+    (``median_abs_error_host_free``, None when every cell there was host-bound). Such cells among
+    the fitted node counts are fitted like the others and counted (``host_bound_fit_cells``): λ, α
+    and η then carry some of the host's pace, which the report says. None when the
     fitted node counts have no serial none cells to fit on."""
     rows = per_cell(rows)
     train = [r for r in rows if r.nodes in fit_nodes]
@@ -402,6 +410,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
             key = f"{r.compressor} @ {r.bw_bps / 1e6:g} Mbit/s"
             speedups.setdefault(key, {})[r.nodes] = none[0].step_s / r.step_s
     return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta,
+            "host_bound_fit_cells": sum(bool(r.host_bound) for r in train),
             "by_nodes": {p: {"median_abs_error": statistics.median(x for x, _ in e), "cells": len(e),
                              "host_bound_cells": sum(b for _, b in e),
                              "median_abs_error_host_free": statistics.median(free) if (free := [x for x, b in e if not b]) else None}

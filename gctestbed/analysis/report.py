@@ -26,7 +26,7 @@ PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "seed", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
-              "busbw_fraction", "final_loss", "dilate", "host_bound")
+              "busbw_fraction", "final_loss", "dilate", "host_bound", "dilation_excess")
 
 
 def fmt_bw(bps: float | None) -> str:
@@ -45,6 +45,26 @@ def host_bound_label(run_ids: list[str]) -> str:
     runs each counted)."""
     return (f"HOST-BOUND runs: {len(run_ids)} ({', '.join(run_ids)}): this host, not the emulated link, may have "
             "set their step times ('gctestbed show RUN' says why); their figures are the host's.")
+
+
+def write_cells_csv(rows: list[cells.Row], path: str) -> None:
+    """One line per measured cell, CSV_FIELDS; a yes/no figure as 1 or 0, empty where there is none
+    (a real run's host_bound), so a reader cannot take a missing figure for a no."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in rows:
+            w.writerow([int(v) if isinstance(v := getattr(r, k), bool) else v for k in CSV_FIELDS])
+
+
+def dilation_label(tested: list[dict]) -> str:
+    """What the report says of the cells the dilation test could judge (cells.dilation_test)."""
+    slow = [t for t in tested if t["excess"] > cells.DILATION_TOLERANCE]
+    return (f"Dilation test: {len(tested)} runs of cells measured at several K, each against its cell's highest K; "
+            f"{len(slow)} slower by more than {cells.DILATION_TOLERANCE:.0%}, so paced in part by work the dilation "
+            "does not stretch (marked HOST-BOUND)" + (": " + "; ".join(
+                f"{t['cell']} x{t['dilate']:g} {t['excess']:+.1%} against x{t['against']:g}" for t in slow) if slow else "")
+            + ". The highest K of a cell carries some of that work too.")
 
 
 def pct(x: float | None) -> str:
@@ -85,6 +105,11 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         "replayed": sorted({r.workload for r in rows if r.workload.startswith("replay of ")}),
         # replayed cells the host, not the link, may have paced (show's HOST-BOUND): their figures are the host's
         "host_bound": sorted(r.run_id for r in rows if r.host_bound),
+        # replayed cells measured at several K (cells.dilation_test): each against its highest K
+        "dilation_test": [{"run_id": r.run_id, "cell": f"{r.method}, {r.nodes} nodes, {r.mode}, {fmt_bw(r.bw_bps)}", "dilate": r.dilate,
+                           "against": r.dilated_from, "excess": r.dilation_excess}
+                          for r in sorted(rows, key=lambda r: (r.compressor, r.nodes, r.mode, r.dilate))
+                          if r.dilation_excess is not None],
     }
     for t in out["time_to_accuracy"]:
         for b in t["break_even"]:
@@ -113,7 +138,7 @@ def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = 
     """Analyse the store of ``results_dir`` (one sweep, or all) and write the report into ``out``;
     speedups and break-even against ``baseline`` (none, fp16 or bf16); with ``fit_nodes``, the
     model's error on the node counts it was not fitted on."""
-    rows = cells.load(results_dir, sweep)
+    rows = cells.dilation_test(cells.load(results_dir, sweep))
     if not rows:
         raise UserError(f"{results_dir} has no finished runs to report on: run 'gctestbed sweep' first.")
     if fit_nodes:
@@ -141,11 +166,7 @@ def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = 
     if fit is not None and fit.predictions:
         pictures.append(plots.model_fit(fit, os.path.join(out, "model.png")))
     report["pictures"] = pictures
-    with open(os.path.join(out, "cells.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_FIELDS)
-        for r in rows:
-            w.writerow([getattr(r, k) for k in CSV_FIELDS])
+    write_cells_csv(rows, os.path.join(out, "cells.csv"))
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
     with open(os.path.join(out, "report.html"), "w") as f:
@@ -154,8 +175,10 @@ def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = 
 
 
 def held_out_label(held: dict) -> str:
+    fitted_paced = held.get("host_bound_fit_cells")
     return (f"{', '.join(map(str, held['fit_nodes']))} nodes (λ {held['lambda']:.3f}, α {held['alpha_s'] * 1e6:.0f} µs, "
-            f"η {held['eta']:.3f})")
+            f"η {held['eta']:.3f})" + (f", {fitted_paced} of whose cells were HOST-BOUND: the fit carries some of the "
+                                       "host's pace" if fitted_paced else ""))
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -171,7 +194,8 @@ def render_html(report: dict) -> str:
                 f"{html.escape('; '.join(report['replayed']))}.</p>" if report.get("replayed")
                 else "<p>Every cell ran its model for real (no replayed cells).</p>")
              + (f"<p>{html.escape(dilated_label(report['dilated']))}</p>" if report.get("dilated") else "")
-             + (f"<p><b>{html.escape(host_bound_label(report['host_bound']))}</b></p>" if report.get("host_bound") else ""),
+             + (f"<p><b>{html.escape(host_bound_label(report['host_bound']))}</b></p>" if report.get("host_bound") else "")
+             + (f"<p>{html.escape(dilation_label(report['dilation_test']))}</p>" if report.get("dilation_test") else ""),
              f"<h2>Break-even bandwidth</h2><p>Below it, the method's steps are faster than {html.escape(report['baseline'])}'s; above it, slower "
              "(interpolated in log-bandwidth; brackets: the range over repeats).</p>",
              _table(["setting", "method", "break-even", "flags"],

@@ -295,6 +295,8 @@ def print_report(r: dict) -> None:
         terminal.print(report_.dilated_label(r["dilated"]))
     if r.get("host_bound"):
         terminal.print(report_.host_bound_label(r["host_bound"]))
+    if r.get("dilation_test"):
+        terminal.print(report_.dilation_label(r["dilation_test"]))
     for t in r["time_to_accuracy"]:
         target = (f"accuracy {t['target_accuracy']:.3f}" if t["target_accuracy"] is not None else f"loss {t['target_loss']:.4g}")
         terminal.print(f"time to {target}, {t['group']}: " + ", ".join(

@@ -171,6 +171,9 @@ class RunSummary:
     host_bound_reason: str | None = None     # None: no CPU figures stored), and why
     bottleneck: str | None = None            # parameter servers: the link or phase that bounds a step
     amortised: dict[str, Any] | None = None  # local SGD, DiLoCo: means over whole periods (see _amortised)
+    # the median over steps of when the step's first bucket was ready on its latest rank, from the step's
+    # first forward: no exchange can start earlier (the performance model's overlap term); None unrecorded
+    median_first_ready_s: float | None = None
     # a replay: the median over steps of the latest lateness of any rank's hand-over past its recorded
     # moment, and whether that is over BEHIND_SHARE of the step (the host, not the link, set the time)
     median_behind_s: float | None = None
@@ -285,6 +288,14 @@ def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | No
             "cgroups": (env.get("qdisc_stats") or {}).get("cpu_shares"),
             "host": hostcpu.over(env.get("host_cpu"), *window) if window else None,
             "host_sampled": "host_cpu" in env}
+
+
+def _first_ready(spec: RunSpec, ready: dict[tuple[int, int], float], measured: list[int]) -> float | None:
+    """When the measured steps' first bucket was ready: per step the latest rank's (a ring's first
+    exchange waits for every rank's), the median over steps, in emulated seconds; None where a step
+    lacks some rank's ready time."""
+    per_step = [[ready.get((rank, step)) for rank in range(spec.nodes)] for step in measured]
+    return emulated_s(spec, _median(max(rs) for rs in per_step if None not in rs))
 
 
 def _window(host_rows: list, measured: list[int]) -> tuple[float, float] | None:
@@ -426,6 +437,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
+        median_first_ready_s=_first_ready(spec, store.first_ready(conn, run["run_id"]), measured),
         cpu=cpu,
         phases=_phases(env, host_rows),           # the runner's wall time on this host: host seconds
         counters_error=env.get("counters_error"),
