@@ -411,6 +411,22 @@ def test_overlap_cannot_start_an_exchange_before_the_first_bucket_is_ready():
     assert model.step_time(ph, 18e-3, 9e-3, "serial", 1.0, "tail") == pytest.approx(25.3e-3)   # serial: no overlap
 
 
+def test_a_prediction_at_another_node_count_keeps_the_first_ready_time(tmp_path):
+    """held_out and the projection scale a cell's phases to other node counts (``_scaled``): the
+    ready time must travel with them (planted: the scaled phases rebuilt without it, the
+    prediction 4 ms short). A link-bound cell at λ = 1: the prediction with a 4 ms ready time is
+    the one without it plus 4 ms, at its own node count and at twice it."""
+    import dataclasses
+    synthetic.fill(str(tmp_path), nodes=(2,), bws=(30e6,))
+    row = next(r for r in cells.load(str(tmp_path)) if r.compressor == "none" and r.mode == "overlap")
+    ph = model.phases(cells.load(str(tmp_path)))[(row.workload, row.nodes, row.batch_size, row.compressor)]
+    f = model.Fit("tail", 1.0, 0.0, 1.0)
+    for p in (row.nodes, 2 * row.nodes):
+        without = model._scaled(row, ph, p, row.bw_bps, row.latency_s, f)
+        with_ready = model._scaled(row, dataclasses.replace(ph, first_ready=0.004), p, row.bw_bps, row.latency_s, f)
+        assert with_ready == pytest.approx(without + 0.004), p
+
+
 def test_the_first_ready_time_is_the_workloads_from_nones_serial_cells(tmp_path):
     """Like compute, the first bucket's ready time is the workload's: from none's serial cells (an
     overlap cell's waits on the network), the method's own where none has none; 0 where no cell

@@ -335,7 +335,7 @@ def _scaled(r: Row, ph: Phases, p: int, bw: float, latency_s: float, f: "Fit", m
     decode = ph.decode
     if r.gather_calls:
         decode = max(0.0, ph.decode + slope * (p - p0)) if slope is not None else ph.decode * p / p0
-    scaled = Phases(ph.compute, ph.optim, ph.encode, decode)
+    scaled = dataclasses.replace(ph, decode=decode)
     return step_time(scaled, whole, whole * share, mode, f.lam, f.variant)
 
 
