@@ -20,6 +20,7 @@ import time
 # CPU to spare: whatever waited for a core in it waited on the host
 SATURATED = 0.95
 MAX_SAMPLES = 1200      # a long run's samples are thinned to every other one past this (bounded storage)
+COVERED = 0.5           # a window the samples reach over less of than this has no figure (too little seen)
 # a sample: time.time(), cumulative clock ticks by kind, and the seconds so far in which the host was
 # SATURATED, judged interval by interval between consecutive polls (so thinning the samples later
 # does not average short saturated stretches away)
@@ -79,18 +80,20 @@ def over(record: dict | None, start: float, end: float) -> dict | None:
     """The host's CPU from ``start`` to ``end`` (time.time() seconds): each cumulative counter
     read at both ends by straight-line interpolation between the two samples around it, so an
     interval that reaches past the window counts for the part of it inside (thinned samples can
-    lie seconds apart); a window reaching past the samples is cut to them. The share of the
-    cores' time that was busy, by kind, and the share of the window in which the cores were
-    SATURATED. None without two distinct samples in it, or for samples stored before the
-    saturated seconds were a column (commit e09d7bf, whose stores have no such figure)."""
+    lie seconds apart); a window reaching past the samples is cut to them, and has no figure when
+    they cover less than COVERED of it. The share of the cores' time that was busy, by kind, and
+    the share of the (covered) window in which the cores were SATURATED. None without two
+    distinct samples in it, or for samples stored before the saturated seconds were a column
+    (commit e09d7bf, whose stores have no such figure)."""
     if not record or "saturated_s" not in record["fields"]:
         return None
     rows = sorted((dict(zip(record["fields"], s)) for s in record["samples"]), key=lambda r: r["t"])
     if len(rows) < 2:
         return None
+    asked = end - start
     start, end = max(start, rows[0]["t"]), min(end, rows[-1]["t"])
     window = end - start
-    if window <= 0:
+    if window <= 0 or window < COVERED * asked:
         return None
     first, last = _at(rows, start), _at(rows, end)
     d = {k: last[k] - first[k] for k in FIELDS[1:6]}

@@ -409,6 +409,10 @@ def test_overlap_cannot_start_an_exchange_before_the_first_bucket_is_ready():
     assert model.step_time(ph, 18e-3, 9e-3, "overlap", 1.0, "tail") == pytest.approx(22.8e-3)
     assert model.step_time(ph, 2e-3, 1e-3, "overlap", 1.0, "tail") == pytest.approx(8.3e-3)
     assert model.step_time(ph, 18e-3, 9e-3, "serial", 1.0, "tail") == pytest.approx(25.3e-3)   # serial: no overlap
+    # λ stretches the compute that runs beside the exchanges, not the time before the first one (planted:
+    # λ·T_ready reads 27.3 ms): at λ = 2 bucket 0 goes from 4.5 to 13.5 ms, backward ends at 14 ms, and
+    # bucket 1 goes from 14 to 23 ms: a step of 23.3 ms
+    assert model.step_time(ph, 18e-3, 9e-3, "overlap", 2.0, "tail") == pytest.approx(23.3e-3)
 
 
 def test_a_prediction_at_another_node_count_keeps_the_first_ready_time(tmp_path):

@@ -299,22 +299,28 @@ def test_a_link_bound_replay_dilated_x4_reports_the_undilated_step_time(tmp_path
 
 
 def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
-    """Worked by hand: one replayed cell at K = 64, 128 and 256 (twice at 256: 40 and 44 ms, median
-    42 ms). 46.2 ms at x64 is +10 %: marked HOST-BOUND; 43.7 ms at x128 is +4.05 %: not; the x256
-    runs are the reference and are not judged. A cell run at one K, and a real run, get no figure.
+    """Worked by hand: one replayed cell undilated and at K = 1.5 and 4 (twice at 4: 40 and 44 ms,
+    median 42 ms). 46.2 ms undilated is +10 %: marked HOST-BOUND; 43.7 ms at x1.5 is +4.05 %: not;
+    the x4 runs are the reference and are not judged. A cell run at one K, and a real run, get no
+    figure. The labels are the product's own (summary.replayed: the scale K in them, none at K = 1).
     Planted: against the mean of every K (44.0 ms), or the lowest K, fails."""
     import dataclasses
     from gctestbed.analysis import report
+    from gctestbed.results.summary import replayed
     synthetic.fill(str(tmp_path), nodes=(2,), bws=(1e9,))
     base = [r for r in cells.load(str(tmp_path)) if r.compressor == "none" and r.mode == "serial"][0]
 
     def replay(k, step_s, run_id, nodes=2):
+        spec = dataclasses.replace(RunSpec(nodes=2, link=LinkSpec(bw_bps=10**9), steps=4, run_id=run_id), dilate=float(k),
+                                   workload="replay", workload_options={"trace": "/traces/t.json.gz", "compute": "sleep",
+                                                                        "codec": "recorded", "scale": float(k)})
         return dataclasses.replace(base, run_id=run_id, dilate=float(k), step_s=step_s, nodes=nodes, host_bound=False,
-                                   workload=f"replay of t.json.gz (compute=sleep, codec=recorded, scale={k})")
-    rows = [replay(64, 0.0462, "a"), replay(128, 0.0437, "b"), replay(256, 0.040, "c"), replay(256, 0.044, "d"),
-            replay(128, 0.050, "e", nodes=4), base]
+                                   workload=f"replay of {replayed(spec)}")
+    rows = [replay(1, 0.0462, "a"), replay(1.5, 0.0437, "b"), replay(4, 0.040, "c"), replay(4, 0.044, "d"),
+            replay(1.5, 0.050, "e", nodes=4), base]
+    assert len({r.workload for r in rows[:4]}) == 3           # the label differs by K
     got = {r.run_id: r for r in cells.dilation_test(rows)}
-    assert got["a"].dilation_excess == pytest.approx(0.1) and got["a"].host_bound is True and got["a"].dilated_from == 256
+    assert got["a"].dilation_excess == pytest.approx(0.1) and got["a"].host_bound is True and got["a"].dilated_from == 4
     assert got["b"].dilation_excess == pytest.approx(0.0437 / 0.042 - 1) and got["b"].host_bound is False
     assert got["c"].dilation_excess is None and got["d"].dilation_excess is None and got["c"].host_bound is False
     assert got["e"].dilation_excess is None and got[base.run_id].dilation_excess is None

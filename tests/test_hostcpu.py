@@ -50,11 +50,12 @@ def test_the_window_s_shares_and_saturated_time_as_worked_out_by_hand(monkeypatc
     short = hostcpu.over(_sampled(monkeypatch, rows).record(), 10.5, 11.5)
     assert short == pytest.approx({"window_s": 1.0, "busy": 138 / 200, "user": 75 / 200, "system": 35 / 200,
                                    "irq": 28 / 200, "steal": 0.0, "saturated_share": 0.5})
-    # a window reaching past the samples is cut to them: 9-15 s reads 10-14 s and a third of 14-20 s
+    # a window reaching past the samples is cut to them: 9-16 s reads 10-14 s and a third of 14-20 s
     wide = hostcpu.over(_sampled(monkeypatch, rows).record(), 9.0, 16.0)
     assert wide == pytest.approx({"window_s": 6.0, "busy": 670 / 1200, "user": 300 / 1200, "system": 200 / 1200,
                                   "irq": 170 / 1200, "steal": 0.0, "saturated_share": 0.5})
     assert hostcpu.over(_sampled(monkeypatch, rows).record(), 21.0, 22.0) is None     # past the last sample
+    assert hostcpu.over(_sampled(monkeypatch, rows).record(), 0.0, 12.0) is None      # 2 s seen of 12: too little
     assert hostcpu.over(None, 0, 1) is None
     # polls before the steps began are not kept but the last of them, and their saturated seconds count
     late = _sampled(monkeypatch, rows, active=lambda i: i >= 2).record()

@@ -1,14 +1,16 @@
 """The performance model: why a step takes what it takes, fitted on ``none`` and tested on the rest.
 
     serial:   T = T_compute + T_comm + T_encode + T_decode + T_optim
-    overlap:  T = max(λ·T_compute, λ·T_ready + T_comm - T_tail) + T_tail + T_encode + T_decode + T_optim
+    overlap:  T = max(λ·T_compute, T_ready + T_comm - T_tail) + T_tail + T_encode + T_decode + T_optim
 
 T_compute is forward + backward, T_ready the time from the step's start until its first bucket is
 ready (on the latest rank), and T_optim the optimizer step, the workload's, from none's serial
 cells (timed with no communication in the way); T_encode and T_decode are the method's own, from
 its serial cells: none of these depends on the network. No exchange starts before T_ready, so the
-exchanges but the last run from T_ready on, while backward goes; a run that recorded no ready
-times has T_ready = 0 (every exchange may start with the step). The communication time of a step
+exchanges but the last run from T_ready on, while backward goes; λ does not stretch T_ready, since
+no exchange runs beside the compute before it. A run that recorded no ready times has T_ready = 0
+(every exchange may start with the step). Back-to-back exchanges from T_ready are DDP's in-order
+pipeline when no bucket comes ready late; with gaps between buckets the term is a lower bound. The communication time of a step
 sums, over its collectives, the ring formulas
 
     all-reduce of b bytes:        2(p-1)·(α + L) + 2b(p-1)/(p·BW)
@@ -145,7 +147,7 @@ def step_time(ph: Phases, comm: float, tail: float, mode: str, lam: float, varia
         return ph.compute + comm + fixed
     if variant == "issue":
         return max(lam * ph.compute, comm) + fixed
-    return max(lam * ph.compute, lam * ph.first_ready + comm - tail) + tail + fixed
+    return max(lam * ph.compute, ph.first_ready + comm - tail) + tail + fixed
 
 
 def _mode(r: Row) -> str:

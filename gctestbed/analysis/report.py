@@ -44,7 +44,8 @@ def host_bound_label(run_ids: list[str]) -> str:
     """What the report says of the runs the host, not the link, may have paced (a repeated cell's
     runs each counted)."""
     return (f"HOST-BOUND runs: {len(run_ids)} ({', '.join(run_ids)}): this host, not the emulated link, may have "
-            "set their step times ('gctestbed show RUN' says why); their figures are the host's.")
+            "set their step times ('gctestbed show RUN' says why from the host's counters; the dilation test, "
+            "below where there is one, from the same cell at a higher K); their figures are the host's.")
 
 
 def write_cells_csv(rows: list[cells.Row], path: str) -> None:

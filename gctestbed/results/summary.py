@@ -292,8 +292,9 @@ def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | No
 
 def _first_ready(spec: RunSpec, ready: dict[tuple[int, int], float], measured: list[int]) -> float | None:
     """When the measured steps' first bucket was ready: per step the latest rank's (a ring's first
-    exchange waits for every rank's), the median over steps, in emulated seconds; None where a step
-    lacks some rank's ready time."""
+    exchange waits for every rank's), the median over the steps that have every rank's, in
+    emulated seconds; None when none has. The latest of many ranks, where compute is a median over
+    ranks: the larger the node count, the more it leans late."""
     per_step = [[ready.get((rank, step)) for rank in range(spec.nodes)] for step in measured]
     return emulated_s(spec, _median(max(rs) for rs in per_step if None not in rs))
 
