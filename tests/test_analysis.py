@@ -415,6 +415,43 @@ def test_overlap_cannot_start_an_exchange_before_the_first_bucket_is_ready():
     assert model.step_time(ph, 18e-3, 9e-3, "overlap", 2.0, "tail") == pytest.approx(23.3e-3)
 
 
+def _ddp_pipeline(ready: list[float], comm: list[float], compute: float) -> float:
+    """DDP's bucket pipeline run event by event, the reference for the closed form: one link, the
+    buckets exchanged in order, bucket k's exchange starting once it is ready and the one before it
+    is done; the last bucket is ready when backward ends."""
+    end = 0.0
+    for k, (r, c) in enumerate(zip(ready[:-1] + [compute], comm)):
+        end = max(r, end) + c
+    return end
+
+
+def test_the_overlap_term_is_ddps_pipeline_where_no_bucket_comes_late_and_a_lower_bound_where_one_does():
+    """The closed form against the pipeline run event by event, on 400 random steps of 2-6 buckets
+    (seeded): equal where every bucket but the first is ready before the exchange ahead of it ends,
+    never above it where one comes late (planted: no ready time, the form under the pipeline where
+    no bucket comes late; a ready time stretched by λ = 2, over it)."""
+    import random
+    rng, equal, below = random.Random(7), 0, 0
+    for _ in range(400):
+        n, compute = rng.randint(2, 6), rng.uniform(1e-3, 20e-3)
+        ready = sorted(rng.uniform(0, compute) for _ in range(n - 1)) + [compute]
+        comm = [rng.uniform(0.1e-3, 10e-3) for _ in range(n)]
+        reference = _ddp_pipeline(ready, comm, compute)
+        ph = model.Phases(compute=compute, optim=0.0, encode=0.0, decode=0.0, first_ready=ready[0])
+        closed = model.step_time(ph, sum(comm), comm[-1], "overlap", 1.0, "tail")
+        ends, late = ready[0], False
+        for r, c in zip(ready[1:-1], comm[:-2]):
+            ends += c
+            late = late or r > ends
+        if late:
+            assert closed <= reference + 1e-12
+            below += 1
+        else:
+            assert closed == pytest.approx(reference, rel=1e-9)
+            equal += 1
+    assert equal > 50 and below > 50, (equal, below)        # both kinds of step drawn
+
+
 def test_a_prediction_at_another_node_count_keeps_the_first_ready_time(tmp_path):
     """held_out and the projection scale a cell's phases to other node counts (``_scaled``): the
     ready time must travel with them (planted: the scaled phases rebuilt without it, the

@@ -623,14 +623,6 @@ def phases(conn: sqlite3.Connection, run_id: str, rank: int = 0) -> list[dict[st
                                           "ORDER BY step", (run_id, rank))]
 
 
-def first_ready(conn: sqlite3.Connection, run_id: str) -> dict[tuple[int, int], float]:
-    """Per (rank, step): when that rank's first bucket of the step reached the hook (the least
-    ready_s: from the step's first forward, as stored), where the run recorded ready times."""
-    return {(r[0], r[1]): r[2] for r in conn.execute(
-        "SELECT rank, step, MIN(ready_s) FROM exchanges WHERE run_id=? AND ready_s IS NOT NULL GROUP BY rank, step",
-        (run_id,))}
-
-
 def evaluations(conn: sqlite3.Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's held-out evaluations in step order: step, loss, accuracy, samples."""
     return [dict(r) for r in conn.execute("SELECT step, loss, accuracy, samples FROM evals WHERE run_id=? ORDER BY step",

@@ -22,12 +22,12 @@ from . import store
 
 
 def contract_check(conn: sqlite3.Connection, run_id: str, spec: RunSpec, model_numel: int | None = None,
-                   model_order: list[str] | None = None) -> dict | None:
+                   model_order: list[str] | None = None, exchanges: list[dict] | None = None) -> dict | None:
     """The run's steps against its method's contract (gctestbed.contracts; over the ring, or
     pushed to parameter servers), or None for a run that recorded no exchanges (a user's script
-    that never installed gctestbed's hook)."""
+    that never installed gctestbed's hook). ``exchanges``: the run's, where the caller has read them."""
     from .. import contracts
-    exchanges = store.exchanges_of(conn, run_id)
+    exchanges = store.exchanges_of(conn, run_id) if exchanges is None else exchanges
     if not exchanges:
         return None
     steps = store.tx_of(conn, run_id)
@@ -290,11 +290,16 @@ def _cpu(spec: RunSpec, nodes: list, env: dict, window: tuple[float, float] | No
             "host_sampled": "host_cpu" in env}
 
 
-def _first_ready(spec: RunSpec, ready: dict[tuple[int, int], float], measured: list[int]) -> float | None:
+def _first_ready(spec: RunSpec, exchanges: list[dict], measured: list[int]) -> float | None:
     """When the measured steps' first bucket was ready: per step the latest rank's (a ring's first
     exchange waits for every rank's), the median over the steps that have every rank's, in
     emulated seconds; None when none has. The latest of many ranks, where compute is a median over
     ranks: the larger the node count, the more it leans late."""
+    ready: dict[tuple[int, int], float] = {}
+    for e in exchanges:
+        if e["ready_s"] is not None:
+            key = (e["rank"], e["step"])
+            ready[key] = min(ready.get(key, e["ready_s"]), e["ready_s"])
     per_step = [[ready.get((rank, step)) for rank in range(spec.nodes)] for step in measured]
     return emulated_s(spec, _median(max(rs) for rs in per_step if None not in rs))
 
@@ -315,8 +320,8 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
     measured steps' time, or a node whose CPU time over its wall time reached HOST_BOUND_SHARE of
     its --cpus-per-node cap. A run that took no samples of the host (stored before they were
     taken, or run on other hosts by ``gctestbed node``) is judged instead by the nodes' CPU times
-    together against that share of the host's cores; a run that sampled the host too briefly (no
-    two samples around its measured steps) gets no host figure and no such fallback. The nodes'
+    together against that share of the host's cores; a run whose samples cover too little of its
+    measured steps (hostcpu.over) gets no host figure and no such fallback. The nodes'
     shares are over each node's whole life (start-up included, which runs at about one CPU), so a
     short run reads high rather than low. None when there is no figure."""
     shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
@@ -414,7 +419,9 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
     calibration = store.calibrations_of(conn, run["run_id"])
     env = json.loads(run["environment"] or "{}")
     faults = [fault_effect(spec, f, done) for f in store.fault_rows(conn, run["run_id"])]
-    contract = contract_check(conn, run["run_id"], spec) if spec.comm in ("allreduce", "ps") else None
+    # read once, for the contract and the ready times (the model's; local steps have neither)
+    exchanges = store.exchanges_of(conn, run["run_id"]) if spec.comm in ("allreduce", "ps") else []
+    contract = contract_check(conn, run["run_id"], spec, exchanges=exchanges) if exchanges else None
     servers = _servers(conn, run["run_id"], spec, measured)
     every = _sends_every_step(spec, per_step)       # else bytes and calls per step are means (amortised)
     per_step_stat, window = ("median", per_step) if every else \
@@ -438,7 +445,7 @@ def summarize(conn: sqlite3.Connection, run: sqlite3.Row) -> RunSummary:
         median_sync_s=_median(r["sync_s"] for rs in per_step for r in rs if r["sync_s"]),
         bottleneck=_ps_bottleneck(spec, per_step, servers) if servers else None,
         amortised=_amortised(per_step) if spec.comm in LOCAL_COMMS and per_step else None,
-        median_first_ready_s=_first_ready(spec, store.first_ready(conn, run["run_id"]), measured),
+        median_first_ready_s=_first_ready(spec, exchanges, measured),
         cpu=cpu,
         phases=_phases(env, host_rows),           # the runner's wall time on this host: host seconds
         counters_error=env.get("counters_error"),
