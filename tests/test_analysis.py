@@ -55,6 +55,27 @@ def test_the_model_recovers_the_parameters_it_was_made_with(tmp_path):
     assert model.fit(cells.load(str(tmp_path)), "issue").median_error > f.median_error
 
 
+def test_lambda_is_called_unidentified_where_communication_hides_the_compute(tmp_path):
+    """At 100 Mbit/s none's overlap step is max(λ·C, comm/2) + comm/2 (synthetic.true_step, the
+    model's own form written out apart): every λ with λ·C below comm/2 fits it as well, so λ is
+    not fitted there, only chosen (the one nearest 1), and the range ends at comm / (2C) worked
+    from the synthetic store's parameters. At 1 Gbit/s the compute binds and λ is the one the
+    store was made with. Planted: a range of one point whatever the cells -> the first assertion
+    fails."""
+    synthetic.fill(str(tmp_path))
+    rows = cells.load(str(tmp_path))
+    slow = model.fit([r for r in rows if r.bw_bps == 100e6], "tail")
+    _, comm, _ = synthetic.true_step("none", 100e6, "overlap")
+    assert not slow.lam_identified and slow.lam == 1.0
+    assert slow.lam_range[1] == pytest.approx(comm / 2 / synthetic.COMPUTE_S, abs=model.LAMBDA_STEP)
+    fast = model.fit([r for r in rows if r.bw_bps == 1e9], "tail")
+    assert fast.lam_identified and fast.lam == pytest.approx(synthetic.LAMBDA, abs=0.01)
+    out = report.analyse([r for r in rows if r.bw_bps == 100e6])["model"]["tail"]
+    assert out["lambda_identified"] is False
+    assert "not identified: every λ from 0.250 to" in report.lambda_label(out)
+    assert report.lambda_label(report.analyse(rows)["model"]["tail"]) == "λ 1.200"
+
+
 def test_a_miss_is_reported_with_a_reason(tmp_path):
     synthetic.fill(str(tmp_path))
     conn = cells.results.connect(str(tmp_path))
@@ -124,14 +145,18 @@ def test_the_held_out_model_takes_a_cells_median_over_its_repeats(tmp_path):
 def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_without_them(tmp_path):
     """Half the 16-node cells slowed (+50 %) and marked HOST-BOUND, as a replay the host set: every
     16-node cell still counts in the median |error|, and the error without the marked ones is the
-    clean cells' alone. A cell is host-bound when any of its repeats was."""
+    clean cells' alone. A cell is host-bound when any of its repeats was, by the host's counters or
+    by the dilation test (planted: held_out reading the counters' mark alone -> the first count
+    falls short)."""
     import dataclasses
     synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
     clean = cells.load(str(tmp_path))
     assert {r.host_bound for r in clean} == {None}                  # real runs: no figure
     sixteen = sorted((r for r in clean if r.nodes == 16), key=lambda r: r.run_id)
     paced = {r.run_id for r in sixteen[::2]}
-    rows = [dataclasses.replace(r, step_s=1.5 * r.step_s, host_bound=True) if r.run_id in paced
+    by_dilation = sorted(paced)[::2]                                # these by the dilation test, the rest by the counters
+    rows = [dataclasses.replace(r, step_s=1.5 * r.step_s, host_bound=r.run_id not in by_dilation,
+                                dilation_paced=True if r.run_id in by_dilation else None) if r.run_id in paced
             else dataclasses.replace(r, host_bound=False) for r in clean]
     held = model.held_out(rows, {2, 4})
     v = held["by_nodes"][16]
@@ -150,7 +175,7 @@ def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_w
     with open(tmp_path / "cells.csv") as f:
         assert [c["host_bound"] for c in csv.DictReader(f)] == ["1", "0", ""]
     again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False) for r in rows]
-    assert sum(bool(r.host_bound) for r in model.per_cell(again + rows)) == len(paced)
+    assert sum(bool(r.paced) for r in model.per_cell(again + rows)) == len(paced)
     out = report.analyse(rows, fit_nodes={2, 4})
     assert out["host_bound"] == sorted(paced)
     assert "HOST-BOUND runs: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,

@@ -7,6 +7,7 @@ written by hand (the summary), and a replay at K = 1 on the same link (the slow 
 
 from __future__ import annotations
 
+import csv
 import re
 import statistics
 import subprocess
@@ -303,7 +304,9 @@ def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
     median 42 ms). 46.2 ms undilated is +10 %: marked HOST-BOUND; 43.7 ms at x1.5 is +4.05 %: not;
     the x4 runs are the reference and are not judged. A cell run at one K, and a real run, get no
     figure. The labels are the product's own (summary.replayed: the scale K in them, none at K = 1).
-    Planted: against every K's runs together (median 43.85 ms), or the lowest K, or no mark, fails."""
+    The mark is the dilation test's own (dilation_paced), beside the counters' (host_bound), and the
+    report's HOST-BOUND takes either. Planted: against every K's runs together (median 43.85 ms),
+    or the lowest K, or no mark, fails."""
     import dataclasses
     from gctestbed.analysis import report
     from gctestbed.results.summary import replayed
@@ -320,11 +323,16 @@ def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
             replay(1.5, 0.050, "e", nodes=4), base]
     assert len({r.workload for r in rows[:4]}) == 3           # the label differs by K
     got = {r.run_id: r for r in cells.dilation_test(rows)}
-    assert got["a"].dilation_excess == pytest.approx(0.1) and got["a"].host_bound is True and got["a"].dilated_from == 4
-    assert got["b"].dilation_excess == pytest.approx(0.0437 / 0.042 - 1) and got["b"].host_bound is False
-    assert got["c"].dilation_excess is None and got["d"].dilation_excess is None and got["c"].host_bound is False
+    assert got["a"].dilation_excess == pytest.approx(0.1) and got["a"].dilation_paced is True and got["a"].dilated_from == 4
+    assert got["a"].host_bound is False and got["a"].paced is True          # the counters' verdict is left as it was
+    assert got["b"].dilation_excess == pytest.approx(0.0437 / 0.042 - 1) and got["b"].dilation_paced is False
+    assert got["c"].dilation_excess is None and got["d"].dilation_excess is None and got["c"].dilation_paced is None
+    assert got["c"].paced is False and got[base.run_id].paced is None       # counters only; a real run: neither
     assert got["e"].dilation_excess is None and got[base.run_id].dilation_excess is None
     out = report.analyse(list(got.values()))
     assert [t["run_id"] for t in out["dilation_test"]] == ["a", "b"] and out["host_bound"] == ["a"]
+    report.write_cells_csv([got[k] for k in "abc"], str(tmp_path / "cells.csv"))
+    with open(tmp_path / "cells.csv") as f:
+        assert [(c["host_bound"], c["dilation_paced"]) for c in csv.DictReader(f)] == [("0", "1"), ("0", "0"), ("0", "")]
     assert "2 runs of cells measured at several K" in report.dilation_label(out["dilation_test"])
     assert "1 slower by more than 5%" in report.dilation_label(out["dilation_test"])

@@ -77,15 +77,23 @@ class Row:
     run_s: float | None = None              # the run from its start to its end, as the store keeps them (host seconds)
     seed: int = 0                           # the run's seed (a sweep's repeat k: its seed + k)
     device: str = "cpu"                     # what computed the gradients: cpu | cuda
-    host_bound: bool | None = None          # a replay the host, not the link, may have paced (show's HOST-BOUND:
-                                            # RunSummary.host_bound or host_behind); None for real runs
+    host_bound: bool | None = None          # a replay the host, not the link, may have paced by its counters (show's
+                                            # HOST-BOUND: RunSummary.host_bound or host_behind); None for real runs
     first_ready_s: float | None = None      # when a step's first bucket was ready (RunSummary.median_first_ready_s)
     dilation_excess: float | None = None    # emulated step over the same cell's at its highest dilation, - 1
     dilated_from: float | None = None       # (dilation_test); None where the cell ran at one K only
+    dilation_paced: bool | None = None      # dilation_excess over DILATION_TOLERANCE; None where not tested
 
     @property
     def group(self) -> tuple:
         return tuple(getattr(self, k) for k in GROUP)
+
+    @property
+    def paced(self) -> bool | None:
+        """Whether the host may have paced this run, by either test (the report's HOST-BOUND): its
+        counters (``host_bound``) or the dilation test (``dilation_paced``); None where neither judged."""
+        flags = [f for f in (self.host_bound, self.dilation_paced) if f is not None]
+        return any(flags) if flags else None
 
 
 def group_label(group: tuple) -> str:
@@ -153,9 +161,10 @@ def dilation_test(rows: list[Row]) -> list[Row]:
     it replays and shapes stretches with K; work the dilation does not stretch (Gloo's and the
     kernel's CPU work on a step's critical path, on this host) weighs 1/K of it in emulated time, so
     a cell that reads slower at a lower K carried some. Each run's median step against the median
-    over the runs at its cell's highest K: ``dilation_excess``, and ``host_bound`` set where it is
-    over DILATION_TOLERANCE. Independent of the host's counters: it caught cells whose cores had
-    idle time (docs/replay.md, "The HOST-BOUND rule against the dilation test")."""
+    over the runs at its cell's highest K: ``dilation_excess``, and ``dilation_paced`` where it is
+    over DILATION_TOLERANCE. Independent of the host's counters (``host_bound`` is left as they
+    say): it caught cells whose cores had idle time (docs/replay.md, "The HOST-BOUND rule against
+    the dilation test")."""
     import dataclasses
     import statistics
     cells: dict[tuple, list[Row]] = {}
@@ -171,7 +180,7 @@ def dilation_test(rows: list[Row]) -> list[Row]:
             continue
         excess = r.step_s / statistics.median(t.step_s for t in twins if t.dilate == top) - 1
         out.append(dataclasses.replace(r, dilation_excess=excess, dilated_from=top,
-                                       host_bound=True if excess > DILATION_TOLERANCE else r.host_bound))
+                                       dilation_paced=excess > DILATION_TOLERANCE))
     return out
 
 

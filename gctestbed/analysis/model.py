@@ -57,6 +57,7 @@ from ..spec import LOCAL_COMMS
 from .cells import SAME_CELL, Row
 
 TOLERANCE = 0.10
+LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
 VARIANTS = ("tail", "issue")
 BASELINE = "none"
 
@@ -89,6 +90,14 @@ class Fit:
     alpha_s: float
     eta: float
     predictions: list[Prediction] = field(default_factory=list)
+    # the λ that fit none's overlap cells equally well before the tie-break to the one nearest 1 (None:
+    # no overlap cells, λ = 1 by default); wider than one step of the grid when those cells cannot
+    # tell λ apart (communication hides their compute), and then λ was not fitted, only chosen
+    lam_range: tuple[float, float] | None = None
+
+    @property
+    def lam_identified(self) -> bool:
+        return self.lam_range is not None and self.lam_range[1] - self.lam_range[0] <= LAMBDA_STEP + 1e-12
 
     @property
     def median_error(self) -> float | None:
@@ -217,18 +226,18 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
             out.append(step_time(ph[(*_setting(r), r.compressor)], whole, tail, _mode(r), lam, variant) / r.step_s - 1)
         return out
 
-    lam = 1.0
+    lam, lam_range = 1.0, None
     if base:
         # the least median error; where cells that λ does not touch (communication hides the compute) hold
         # the median flat over a range of λ, the least mean error among those, then the λ nearest 1. "Flat"
         # is within 1e-9 (relative): a tie must not be broken by rounding in the fitted α and η
-        grid = [0.25 + 0.005 * i for i in range(751)]          # 0.25 .. 4
+        grid = [0.25 + LAMBDA_STEP * i for i in range(751)]          # 0.25 .. 4
         left = {g: [abs(e) for e in errors(g, base)] for g in grid}
         for measure in (statistics.median, statistics.fmean):
             best = min(measure(v) for v in left.values())
             left = {g: v for g, v in left.items() if measure(v) <= best + 1e-9}
-        lam = min(left, key=lambda g: abs(g - 1))
-    result = Fit(variant, lam, alpha, eta)
+        lam, lam_range = min(left, key=lambda g: abs(g - 1)), (min(left), max(left))
+    result = Fit(variant, lam, alpha, eta, lam_range=lam_range)
     for r in usable:
         whole, tail = _comm(r, alpha, eta)
         p = ph[(*_setting(r), r.compressor)]
@@ -346,7 +355,8 @@ CELL = (*SAME_CELL, "dilate")
 
 def per_cell(rows: list[Row]) -> list[Row]:
     """One row per cell: a cell's repeats merged into the median of each measured figure (a figure
-    that some repeat lacks is the median of those that have it); host-bound when any repeat was."""
+    that some repeat lacks is the median of those that have it); host-bound by either test when any
+    repeat was."""
     cells: dict[tuple, list[Row]] = {}
     for r in rows:
         cells.setdefault(tuple(getattr(r, k) for k in CELL), []).append(r)
@@ -355,8 +365,8 @@ def per_cell(rows: list[Row]) -> list[Row]:
     for runs in cells.values():
         merged = {k: statistics.median(v) for k in measured
                   if (v := [getattr(r, k) for r in runs if getattr(r, k) is not None])}
-        flags = [r.host_bound for r in runs if r.host_bound is not None]
-        out.append(dataclasses.replace(runs[0], **merged, host_bound=any(flags) if flags else None))
+        flags = {k: [f for r in runs if (f := getattr(r, k)) is not None] for k in ("host_bound", "dilation_paced")}
+        out.append(dataclasses.replace(runs[0], **merged, **{k: any(v) if v else None for k, v in flags.items()}))
     return out
 
 
@@ -374,7 +384,8 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     and each cell's. Also the measured speedup over none by node count, so whether a method's
     advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
     (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
-    count cannot set α on its own. A cell the host may have paced (``host_bound``) is predicted and
+    count cannot set α on its own. A cell the host may have paced (``Row.paced``: by its counters or
+    by the dilation test) is predicted and
     counted like the others, and marked; per node count, the error without those cells too
     (``median_abs_error_host_free``, None when every cell there was host-bound). Such cells among
     the fitted node counts are fitted like the others and counted (``host_bound_fit_cells``): λ, α
@@ -400,9 +411,9 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
                             slopes.get((twin.workload, twin.batch_size, twin.compressor)))
         cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,
                 "measured_s": r.step_s, "predicted_s": predicted, "error": predicted / r.step_s - 1,
-                "from_nodes": twin.nodes, "host_bound": r.host_bound}
+                "from_nodes": twin.nodes, "host_bound": r.paced}
         cells_out.append(cell)
-        by_nodes.setdefault(r.nodes, []).append((abs(cell["error"]), bool(r.host_bound)))
+        by_nodes.setdefault(r.nodes, []).append((abs(cell["error"]), bool(r.paced)))
     speedups: dict[str, dict[int, float]] = {}
     for r in rows:
         none = [b for b in rows if b.compressor == BASELINE and (b.workload, b.batch_size, b.latency_s, b.nodes, b.bw_bps,
@@ -411,8 +422,9 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
         if r.compressor != BASELINE and r.mode == "overlap" and none and r.step_s:
             key = f"{r.compressor} @ {r.bw_bps / 1e6:g} Mbit/s"
             speedups.setdefault(key, {})[r.nodes] = none[0].step_s / r.step_s
-    return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta,
-            "host_bound_fit_cells": sum(bool(r.host_bound) for r in train),
+    return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "lambda_range": f.lam_range,
+            "lambda_identified": f.lam_identified, "alpha_s": f.alpha_s, "eta": f.eta,
+            "host_bound_fit_cells": sum(bool(r.paced) for r in train),
             "by_nodes": {p: {"median_abs_error": statistics.median(x for x, _ in e), "cells": len(e),
                              "host_bound_cells": sum(b for _, b in e),
                              "median_abs_error_host_free": statistics.median(free) if (free := [x for x, b in e if not b]) else None}

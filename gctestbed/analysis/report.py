@@ -26,7 +26,7 @@ PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "seed", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
-              "busbw_fraction", "final_loss", "dilate", "host_bound", "dilation_excess")
+              "busbw_fraction", "final_loss", "dilate", "host_bound", "dilation_excess", "dilation_paced")
 
 
 def fmt_bw(bps: float | None) -> str:
@@ -50,7 +50,8 @@ def host_bound_label(run_ids: list[str]) -> str:
 
 def write_cells_csv(rows: list[cells.Row], path: str) -> None:
     """One line per measured cell, CSV_FIELDS; a yes/no figure as 1 or 0, empty where there is none
-    (a real run's host_bound), so a reader cannot take a missing figure for a no."""
+    (a real run's host_bound, an untested run's dilation_paced), so a reader cannot take a missing
+    figure for a no. host_bound is the counters' verdict alone, dilation_paced the dilation test's."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_FIELDS)
@@ -66,6 +67,15 @@ def dilation_label(tested: list[dict]) -> str:
             "does not stretch (marked HOST-BOUND)" + (": " + "; ".join(
                 f"{t['cell']} x{t['dilate']:g} {t['excess']:+.1%} against x{t['against']:g}" for t in slow) if slow else "")
             + ". The highest K of a cell carries some of that work too.")
+
+
+def lambda_label(m: dict) -> str:
+    """λ as fitted, or, where none's overlap cells fit a range of λ equally well, as the choice it is."""
+    lo_hi = m.get("lambda_range")
+    if m.get("lambda_identified", True) or not lo_hi:
+        return f"λ {m['lambda']:.3f}"
+    return (f"λ {m['lambda']:.3f} (not identified: every λ from {lo_hi[0]:.3f} to {lo_hi[1]:.3f} fits none's overlap "
+            "cells as well; the one nearest 1 is taken)")
 
 
 def pct(x: float | None) -> str:
@@ -104,8 +114,9 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         "held_out": model.held_out(rows, fit_nodes) if fit_nodes else None,
         # cells whose compute came from a trace (docs/replay.md): their workload label names it
         "replayed": sorted({r.workload for r in rows if r.workload.startswith("replay of ")}),
-        # replayed cells the host, not the link, may have paced (show's HOST-BOUND): their figures are the host's
-        "host_bound": sorted(r.run_id for r in rows if r.host_bound),
+        # replayed cells the host, not the link, may have paced by its counters (show's HOST-BOUND) or by the
+        # dilation test: their figures are the host's
+        "host_bound": sorted(r.run_id for r in rows if r.paced),
         # replayed cells measured at several K (cells.dilation_test): each against its highest K
         "dilation_test": [{"run_id": r.run_id, "cell": f"{r.method}, {r.nodes} nodes, {r.mode}, {fmt_bw(r.bw_bps)}", "dilate": r.dilate,
                            "against": r.dilated_from, "excess": r.dilation_excess}
@@ -119,7 +130,8 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
         if f is None:
             continue
         out["model"][variant] = {
-            "lambda": f.lam, "alpha_s": f.alpha_s, "eta": f.eta, "median_abs_error": f.median_error,
+            "lambda": f.lam, "lambda_range": f.lam_range, "lambda_identified": f.lam_identified,
+            "alpha_s": f.alpha_s, "eta": f.eta, "median_abs_error": f.median_error,
             "fit_median_abs_error": f.fit_error, "predicted_cells": sum(not p.fitted for p in f.predictions),
             "misses": [{"group": cells.group_label(p.row.group), "compressor": p.row.compressor, "bw_bps": p.row.bw_bps,
                         "measured_s": p.row.step_s, "predicted_s": p.predicted_s, "error": p.error, "why": p.why}
@@ -177,7 +189,7 @@ def build(results_dir: str, out: str, sweep: str | None = None, baseline: str = 
 
 def held_out_label(held: dict) -> str:
     fitted_paced = held.get("host_bound_fit_cells")
-    return (f"{', '.join(map(str, held['fit_nodes']))} nodes (λ {held['lambda']:.3f}, α {held['alpha_s'] * 1e6:.0f} µs, "
+    return (f"{', '.join(map(str, held['fit_nodes']))} nodes ({lambda_label(held)}, α {held['alpha_s'] * 1e6:.0f} µs, "
             f"η {held['eta']:.3f})" + (f", {fitted_paced} of whose cells were HOST-BOUND: the fit carries some of the "
                                        "host's pace" if fitted_paced else ""))
 
@@ -224,7 +236,7 @@ def render_html(report: dict) -> str:
         parts.append(f"<p>{html.escape(NO_MODEL)}</p>")
     for variant, m in report["model"].items():
         parts.append(f"<h3>{'with the last bucket outside the overlap' if variant == 'tail' else 'as in the issue: all communication hideable'}</h3>"
-                     f"<p>λ = {m['lambda']:.3f}, α = {m['alpha_s'] * 1e6:.0f} µs per message, η = {m['eta']:.3f} "
+                     f"<p>{html.escape(lambda_label(m))}, α = {m['alpha_s'] * 1e6:.0f} µs per message, η = {m['eta']:.3f} "
                      f"(fitted on none, median |error| there {pct(m['fit_median_abs_error'])}); median |error| over "
                      f"the {m['predicted_cells']} predicted cells: <b>{pct(m['median_abs_error'])}</b>.</p>")
         if not m["fit_median_abs_error"]:

@@ -349,15 +349,25 @@ def model_error(rows: list[Row]) -> Measure:
 def model_lambda(rows: list[Row]) -> Measure:
     """λ, the model's stretch of compute under overlapped communication, fitted on each repeat's
     cells alone (their seed): the mean over the repeats with Student's t 95 % interval. One
-    repeat gives no interval (λ is a fit, with no spread of its own), so a region cannot judge it."""
+    repeat gives no interval (λ is a fit, with no spread of its own), so a region cannot judge it.
+    A repeat whose overlap cells fit a range of λ equally well (communication hides their compute)
+    has no λ, only the tie-break's choice: it is left out, and named."""
     fit = model.fit(rows, "tail")
     if fit is None:
         return Measure.missing("the model needs serial and overlap cells of none to fit")
-    per_seed = {}
+    per_seed, unidentified = {}, {}
     for seed in sorted({r.seed for r in rows}):
         if (f := model.fit([r for r in rows if r.seed == seed], "tail")) is not None:
-            per_seed[seed] = f.lam
-    detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed}
+            if f.lam_identified:
+                per_seed[seed] = f.lam
+            else:
+                unidentified[seed] = f.lam_range
+    if not per_seed:
+        return Measure.missing("λ is not identified: none's overlap cells fit every λ from "
+                               f"{fit.lam_range[0]:.3f} to {fit.lam_range[1]:.3f} as well" if fit.lam_range else
+                               "the model needs overlap cells of none to fit λ")
+    detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed,
+              **({"unidentified_seeds": unidentified} if unidentified else {})}
     if len(per_seed) < 2:
         return Measure(fit.lam, -math.inf, math.inf,
                        detail={**detail, "interval": "none: one repeat (a fit has no spread of its own)"})

@@ -309,7 +309,7 @@ def print_report(r: dict) -> None:
     if not r["model"]:
         terminal.print(report_.NO_MODEL)
     for variant, m in r["model"].items():
-        terminal.print(f"model ({variant}): lambda {m['lambda']:.3f}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
+        terminal.print(f"model ({variant}): {report_.lambda_label(m)}, alpha {m['alpha_s'] * 1e6:.0f} us, eta {m['eta']:.3f}; "
                        f"median |error| {report_.pct(m['median_abs_error'])} over {m['predicted_cells']} predicted cells, "
                        f"{len(m['misses'])} off by more than 10 % (each with its reason in report.html)")
     held = r.get("held_out")
