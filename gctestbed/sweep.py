@@ -70,7 +70,8 @@ class Grid:
     launcher: str = flags.DEFAULTS["launcher"]
     device: str = flags.DEFAULTS["device"]         # cuda: one GPU per node, NCCL (the backend follows)
     cpus_per_node: str = flags.DEFAULTS["cpus_per_node"]   # every cell's nodes held to this many CPUs
-    dilate: str = flags.DEFAULTS["dilate"]                 # every cell's time dilation (a replay's)
+    dilate: str = flags.DEFAULTS["dilate"]                 # every cell's time dilation (a replay's); several,
+                                                           # comma-separated: every cell at each K (report's dilation test)
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     # keep each network (re-shaped in place) for the cells that fit it and fork every worker from one
     # fork server; False: every cell builds its own and starts fresh interpreters, as a lone run does
@@ -104,7 +105,8 @@ class Cell:
 
     @property
     def link(self) -> tuple:
-        return (self.spec.nodes, self.spec.link.bw_bps, self.spec.link.latency_s)
+        """What calibration measures: the nodes and the links as shaped (a dilated cell's rate / K)."""
+        return (self.spec.nodes, self.spec.link.bw_bps, self.spec.link.latency_s, self.spec.dilate)
 
 
 def _number(text) -> bool:
@@ -150,13 +152,18 @@ def plan(grid: Grid) -> list[Cell]:
     for axis in AXES:
         if not axes.get(axis):
             raise SpecError(f"the sweep has no value for {axis}.")
+    dilations = [k.strip() for k in str(grid.dilate).split(",")]
+    if len(dilations) > 1 and len({float(k) if _number(k) else k for k in dilations}) < len(dilations):
+        raise SpecError(f"--dilate {grid.dilate} names one K twice; give each K once.")
     cells = []
     for repeat in range(grid.repeat):
-        for values in itertools.product(*(axes[a] for a in AXES)):
+        for values, dilate in itertools.product(itertools.product(*(axes[a] for a in AXES)), dilations):
             params = dict(zip(AXES, values))
             for k in OPTIONAL_AXES:
                 if _only_default(k, grid.axes.get(k, [OPTIONAL_AXES[k]])):
                     params.pop(k)               # the cell's key as before the axis existed
+            if len(dilations) > 1:
+                params["dilate"] = dilate       # one K: the cell's key as before several could be given
             spec = flags.build_spec(nodes=params["nodes"], bw=params["bw"], latency=params["latency"],
                                     compressor=params["compressor"], workload=params["workload"], steps=str(grid.steps),
                                     batch_size=params["batch_size"], lr=grid.lr, seed=repeat_seed(grid.seed, repeat),
@@ -168,7 +175,7 @@ def plan(grid: Grid) -> list[Cell]:
                                     kernels=grid.kernels, mode=params["mode"],
                                     launcher="netns" if grid.launcher == "slurm" else grid.launcher,   # as 'node' has it
                                     device=grid.device, backend="nccl" if grid.device == "cuda" else "gloo",
-                                    cpus_per_node=grid.cpus_per_node, dilate=grid.dilate)
+                                    cpus_per_node=grid.cpus_per_node, dilate=dilate)
             cells.append(Cell(params, repeat, spec))
     return cells
 

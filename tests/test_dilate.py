@@ -79,6 +79,25 @@ def test_a_sweep_passes_the_dilation_to_every_cell_and_keeps_old_names(tmp_path)
     assert grid.default_name() != undilated.default_name()
 
 
+
+def test_a_sweep_given_several_k_runs_every_cell_at_each(tmp_path):
+    """--dilate 2,4: each cell twice, at K = 2 and at K = 4, told apart by a 'dilate' key (one K
+    keeps the keys cells had before), each with its own calibration (the shaped rate differs), so
+    report's dilation test finds them; one K twice, or a K that is not a number, is refused."""
+    from gctestbed import sweep
+    path = _trace(tmp_path / "t.json")
+    axes = {a: [flags.DEFAULTS[a]] for a in sweep.AXES}
+    axes.update(workload=[f"replay:trace={path}"], bw=["100mbit", "1gbit"])
+    cells_ = sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="2,4"))
+    assert sorted((c.params["bw"], c.params["dilate"], c.spec.dilate) for c in cells_) == [
+        ("100mbit", "2", 2.0), ("100mbit", "4", 4.0), ("1gbit", "2", 2.0), ("1gbit", "4", 4.0)]
+    assert len({c.key for c in cells_}) == 4 and len({c.link for c in cells_}) == 4
+    assert all("dilate" not in c.params for c in sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="4")))
+    with pytest.raises(SpecError, match="names one K twice"):
+        sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="4,4.0"))
+    with pytest.raises(SpecError, match="--dilate must be a number"):
+        sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="2,fast"))
+
 # --- the summary: rows in host seconds, figures in emulated units ---
 
 K = 4.0

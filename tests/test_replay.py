@@ -6,6 +6,7 @@ are checked on the real method's payload in both runs."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import sqlite3
@@ -237,18 +238,29 @@ def test_a_recorded_codec_puts_the_recorded_bytes_on_the_wire(tmp_path, kept, me
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_sweep_replays_a_trace_and_its_report_says_so(tmp_path, recorded, state_dir):
-    """sweep --replay: every cell replays the trace (here over two rates), and the report names
-    the replayed cells, from which trace and how, in its cells and on its page."""
+    """sweep --replay: every cell replays the trace (here over two rates, each undilated and
+    dilated x2: --dilate takes several K), and the report names the replayed cells, from which
+    trace and how, in its cells and on its page, and puts each undilated run against its cell at
+    x2 (the dilation test; what it finds is this host's, not asserted)."""
     _, path = recorded                   # the module's trace (t.json), 4 of its 8 steps replayed
     swept = gctestbed("sweep", "--replay", f"{path},compute=spin", "--bw", "200mbit,1gbit", "--steps", "4",
-                      "--calibrate", "none", "--results", str(tmp_path / "sweep"))
+                      "--dilate", "1,2", "--calibrate", "none", "--results", str(tmp_path / "sweep"))
     assert swept.returncode == 0, swept.stderr
     out = tmp_path / "report"
     done = gctestbed("report", str(tmp_path / "sweep"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
-    assert report["cells"] == 2 and report["replayed"] == ["replay of t.json (compute=spin, codec=real)"]
+    assert report["cells"] == 4 and report["dilated"] == {"2": 2}
+    assert report["replayed"] == ["replay of t.json (compute=spin, codec=real)",
+                                  "replay of t.json (compute=spin, codec=real, scale=2)"]
     assert "Replayed cells" in (out / "report.html").read_text()
+    tested = report["dilation_test"]
+    assert sorted((t["dilate"], t["against"]) for t in tested) == [(1, 2), (1, 2)], tested
+    assert {t["cell"].split(", ")[-1] for t in tested} == {"200mbit", "1gbit"} and all(t["excess"] > -1 for t in tested)
+    with open(out / "cells.csv") as f:
+        marks = {(c["dilate"], c["dilation_paced"]) for c in csv.DictReader(f)}
+    assert {d for d, _ in marks} == {"1.0", "2.0"} and {m for d, m in marks if d == "2.0"} == {""}
+    assert {m for d, m in marks if d == "1.0"} <= {"0", "1"} and {m for d, m in marks if d == "1.0"}
 
 
 def _nodes_and_losses(results_dir) -> tuple[dict[int, str], dict[int, list[float]]]:

@@ -103,4 +103,5 @@ def dilate_option(f):
                         help="Time dilation for a replay (--workload replay:trace=FILE): links shaped at their rate / K "
                              "with delays x K, the trace's compute x K, and every time and rate the run reports in "
                              "emulated units (times / K, rates x K), so this host emulates links K times faster than "
-                             "it can drive. See docs/replay.md.")(f)
+                             "it can drive. A sweep takes several, comma-separated (128,256): every cell at each K, "
+                             "which the report's dilation test compares. See docs/replay.md.")(f)
