@@ -322,7 +322,8 @@ def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
     """Worked by hand: one replayed cell undilated and at K = 1.5 and 4 (twice at 4: 40 and 44 ms,
     median 42 ms). 46.2 ms undilated is +10 %: marked HOST-BOUND; 43.7 ms at x1.5 is +4.05 %: not;
     the x4 runs are the reference and are not judged. A cell run at one K, and a real run, get no
-    figure. The labels are the product's own (summary.replayed: the scale K in them, none at K = 1).
+    figure, nor does a run of the same label from another trace file or at another CPU cap. The
+    labels are the product's own (summary.replayed: the scale K in them, none at K = 1).
     The mark is the dilation test's own (dilation_paced), beside the counters' (host_bound), and the
     report's HOST-BOUND takes either. Planted: against every K's runs together (median 43.85 ms),
     or the lowest K, or no mark, fails."""
@@ -332,16 +333,21 @@ def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
     synthetic.fill(str(tmp_path), nodes=(2,), bws=(1e9,))
     base = [r for r in cells.load(str(tmp_path)) if r.compressor == "none" and r.mode == "serial"][0]
 
-    def replay(k, step_s, run_id, nodes=2):
+    def replay(k, step_s, run_id, nodes=2, trace="/traces/t.json.gz", cpus=0.0):
         spec = dataclasses.replace(RunSpec(nodes=2, link=LinkSpec(bw_bps=10**9), steps=4, run_id=run_id), dilate=float(k),
-                                   workload="replay", workload_options={"trace": "/traces/t.json.gz", "compute": "sleep",
+                                   workload="replay", workload_options={"trace": trace, "compute": "sleep",
                                                                         "codec": "recorded", "scale": float(k)})
         return dataclasses.replace(base, run_id=run_id, dilate=float(k), step_s=step_s, nodes=nodes, host_bound=False,
-                                   workload=f"replay of {replayed(spec)}")
+                                   workload=f"replay of {replayed(spec)}", replayed_as=cells._replayed_as(spec),
+                                   cpus_per_node=cpus)
     rows = [replay(1, 0.0462, "a"), replay(1.5, 0.0437, "b"), replay(4, 0.040, "c"), replay(4, 0.044, "d"),
-            replay(1.5, 0.050, "e", nodes=4), base]
+            replay(1.5, 0.050, "e", nodes=4), base,
+            # the same label, another trace file of that name; the same trace at a CPU cap: other cells
+            replay(1, 0.100, "f", trace="/elsewhere/t.json.gz"), replay(1, 0.100, "g", cpus=0.5)]
     assert len({r.workload for r in rows[:4]}) == 3           # the label differs by K
+    assert rows[-2].workload == rows[0].workload and rows[-1].workload == rows[0].workload
     got = {r.run_id: r for r in cells.dilation_test(rows)}
+    assert got["f"].dilation_excess is None and got["g"].dilation_excess is None
     assert got["a"].dilation_excess == pytest.approx(0.1) and got["a"].dilation_paced is True and got["a"].dilated_from == 4
     assert got["a"].host_bound is False and got["a"].paced is True          # the counters' verdict is left as it was
     assert got["b"].dilation_excess == pytest.approx(0.0437 / 0.042 - 1) and got["b"].dilation_paced is False

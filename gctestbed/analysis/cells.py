@@ -11,6 +11,7 @@ and optimizer.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 
 from .. import results
@@ -83,6 +84,9 @@ class Row:
     dilation_excess: float | None = None    # emulated step over the same cell's at its highest dilation, - 1
     dilated_from: float | None = None       # (dilation_test); None where the cell ran at one K only
     dilation_paced: bool | None = None      # dilation_excess over DILATION_TOLERANCE; None where not tested
+    replayed_as: str | None = None          # a replay's trace (its path) and options but the scale, as JSON: what
+                                            # the same cell at another K shares (dilation_test); None for real runs
+    cpus_per_node: float = 0.0              # --cpus-per-node (0: no cap)
 
     @property
     def group(self) -> tuple:
@@ -150,7 +154,7 @@ def load(results_dir: str, sweep: str | None = None) -> list[Row]:
             averaged_share=mean.get("averaged_share"), dilate=spec.dilate, seed=spec.seed,
             device=spec.device, run_s=run["finished_at"] - run["created_at"] if run["finished_at"] else None,
             host_bound=None if s.host_bound is None and s.host_behind is None else bool(s.host_bound or s.host_behind),
-            first_ready_s=s.median_first_ready_s))
+            first_ready_s=s.median_first_ready_s, replayed_as=_replayed_as(spec), cpus_per_node=spec.cpus_per_node))
     conn.close()
     return rows
 
@@ -185,9 +189,19 @@ def dilation_test(rows: list[Row]) -> list[Row]:
 
 
 def _undilated(r: Row) -> tuple:
-    """The cell a run belongs to whatever its dilation: the workload's label names the replay's
-    scale, which --dilate sets to K."""
-    return (r.workload.replace(f", scale={r.dilate:g}", ""), *(getattr(r, k) for k in SAME_CELL[1:]))
+    """The cell a run belongs to whatever its dilation: the same trace file replayed the same way
+    (its path and options but the scale, which --dilate sets to K), the same cell otherwise, on the
+    same device and CPU cap. A row made without ``replayed_as`` is matched by its label, the
+    scale taken out."""
+    replay = r.replayed_as or r.workload.replace(f", scale={r.dilate:g}", "")
+    return (replay, *(getattr(r, k) for k in SAME_CELL[1:]), r.device, r.cpus_per_node)
+
+
+def _replayed_as(spec: RunSpec) -> str | None:
+    if spec.workload != "replay":
+        return None
+    options = {k: v for k, v in spec.workload_options.items() if k != "scale"}
+    return json.dumps({**options, "trace": os.path.abspath(str(options.get("trace", "")))}, sort_keys=True, default=str)
 
 
 TAIL = 3
