@@ -86,7 +86,7 @@ class Grid:
         shared = {k: v for k, v in asdict(self).items() if k not in ("results_dir", "calibrate", "accept_miss", "launcher", "keep", "partition", "dev")}
         # what grids made before these existed did not have, left out at its default: their names stay
         shared["axes"] = {k: v for k, v in shared["axes"].items() if not _only_default(k, v)}
-        shared["dilate"] = f"{float(shared['dilate']):g}" if _number(shared["dilate"]) else shared["dilate"]
+        shared["dilate"] = ",".join(_dilations(shared["dilate"]))
         for key in ("eval_every", "device", "cpus_per_node", "dilate"):       # added later: at their defaults, names stay as they were
             if shared[key] == flags.DEFAULTS[key]:
                 del shared[key]
@@ -115,6 +115,14 @@ def _number(text) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def _dilations(dilate) -> list[str]:
+    """--dilate's K, each once, in increasing order and written as numbers are (128, not 128.0), so
+    the same K in another order or spelling names the same sweep and the same cells; a K that is
+    not a number is left as typed, for build_spec to refuse."""
+    ks = {f"{float(k):g}" if _number(k) else k.strip() for k in str(dilate).split(",")}
+    return sorted(ks, key=lambda k: (not _number(k), float(k) if _number(k) else 0.0, k))
 
 
 def _only_default(axis: str, values: list[str]) -> bool:
@@ -152,8 +160,8 @@ def plan(grid: Grid) -> list[Cell]:
     for axis in AXES:
         if not axes.get(axis):
             raise SpecError(f"the sweep has no value for {axis}.")
-    dilations = [k.strip() for k in str(grid.dilate).split(",")]
-    if len(dilations) > 1 and len({float(k) if _number(k) else k for k in dilations}) < len(dilations):
+    dilations = _dilations(grid.dilate)
+    if len(dilations) < len(str(grid.dilate).split(",")):
         raise SpecError(f"--dilate {grid.dilate} names one K twice; give each K once.")
     cells = []
     for repeat in range(grid.repeat):

@@ -61,7 +61,8 @@ def test_lambda_is_called_unidentified_where_communication_hides_the_compute(tmp
     not fitted there, only chosen (the one nearest 1), and the range ends at comm / (2C) worked
     from the synthetic store's parameters. At 1 Gbit/s the compute binds and λ is the one the
     store was made with. Planted: a range of one point whatever the cells -> the first assertion
-    fails."""
+    fails. The range is the run of equals around the chosen λ on the grid, so its ends are λ that
+    fit as well; its low end here is the grid's, so the label says "up to"."""
     synthetic.fill(str(tmp_path))
     rows = cells.load(str(tmp_path))
     slow = model.fit([r for r in rows if r.bw_bps == 100e6], "tail")
@@ -72,8 +73,13 @@ def test_lambda_is_called_unidentified_where_communication_hides_the_compute(tmp
     assert fast.lam_identified and fast.lam == pytest.approx(synthetic.LAMBDA, abs=0.01)
     out = report.analyse([r for r in rows if r.bw_bps == 100e6])["model"]["tail"]
     assert out["lambda_identified"] is False
-    assert "not identified: every λ from 0.250 to" in report.lambda_label(out)
+    assert f"not identified: every λ up to {slow.lam_range[1]:.3f} fits" in report.lambda_label(out)
     assert report.lambda_label(report.analyse(rows)["model"]["tail"]) == "λ 1.200"
+    # one step of the grid is one λ; two steps, or a best λ at the grid's edge, are not
+    fit_with = lambda lo, hi: model.Fit("tail", lo, 0.0, 1.0, lam_range=(lo, hi))  # noqa: E731
+    assert fit_with(1.0, 1.0).lam_identified and fit_with(1.0, 1.0 + model.LAMBDA_STEP).lam_identified
+    assert not fit_with(1.0, 1.0 + 2 * model.LAMBDA_STEP).lam_identified
+    assert not fit_with(0.25, 0.25).lam_identified and not fit_with(4.0, 4.0).lam_identified
 
 
 def test_a_miss_is_reported_with_a_reason(tmp_path):
@@ -176,6 +182,11 @@ def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_w
         assert [c["host_bound"] for c in csv.DictReader(f)] == ["1", "0", ""]
     again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False) for r in rows]
     assert sum(bool(r.paced) for r in model.per_cell(again + rows)) == len(paced)
+    # the marks of a later repeat count too, whichever test made them (planted: dilation_paced taken
+    # from the first repeat alone -> the cells marked by the dilation test go unmarked)
+    first = [dataclasses.replace(r, host_bound=False, dilation_paced=None) for r in rows]
+    later = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-later") for r in rows]
+    assert sum(bool(r.paced) for r in model.per_cell(first + later)) == len(paced)
     out = report.analyse(rows, fit_nodes={2, 4})
     assert out["host_bound"] == sorted(paced)
     assert "HOST-BOUND runs: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,

@@ -978,8 +978,9 @@ def test_lambda_is_fitted_per_repeat_with_a_t_interval_and_one_repeat_gives_none
 def test_a_repeat_whose_lambda_is_not_identified_gives_no_lambda(tmp_path):
     """A repeat measured only where communication hides none's compute (10 Mbit/s) fits every λ
     as well: the tie-break's 1.0 is not a measurement, so it is left out of the mean and named;
-    with no other repeat there is no figure. Planted: the tie-break's λ kept -> per_seed holds
-    seed 3 and the second assertion fails."""
+    with no other repeat there is no figure, and the reason names the seed and its range; with one
+    identified repeat, its own λ. Planted: the tie-break's λ kept -> per_seed holds seed 3 and the
+    first assertion fails."""
     import synthetic
     from gctestbed.claims import figures
     for seed, bws in ((1, synthetic.BWS), (2, synthetic.BWS), (3, (10e6,))):
@@ -989,7 +990,9 @@ def test_a_repeat_whose_lambda_is_not_identified_gives_no_lambda(tmp_path):
     assert set(m.detail["per_seed"]) == {1, 2} and set(m.detail["unidentified_seeds"]) == {3}
     assert m.value == pytest.approx(synthetic.LAMBDA, abs=0.011)
     alone = figures.model_lambda([r for r in rows if r.seed == 3])
-    assert alone.value is None and "not identified" in alone.why
+    assert alone.value is None and "not identified on any repeat: seed 3: every λ from 0.250 to" in alone.why
+    one = figures.model_lambda([r for r in rows if r.seed in (1, 3)])
+    assert one.value == pytest.approx(synthetic.LAMBDA, abs=0.011) and one.low == -float("inf")
 
 
 def test_the_controls_line_says_what_each_control_lost_and_why_one_was_not_judged():

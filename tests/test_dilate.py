@@ -93,6 +93,10 @@ def test_a_sweep_given_several_k_runs_every_cell_at_each(tmp_path):
         ("100mbit", "2", 2.0), ("100mbit", "4", 4.0), ("1gbit", "2", 2.0), ("1gbit", "4", 4.0)]
     assert len({c.key for c in cells_}) == 4 and len({c.link for c in cells_}) == 4
     assert all("dilate" not in c.params for c in sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="4")))
+    # the same K in another order or spelling: the same sweep and the same cells (so it resumes)
+    again = [sweep.Grid(axes=axes, steps=4, dilate=d) for d in ("4,2", "2.0, 4")]
+    assert {g.default_name() for g in again} == {sweep.Grid(axes=axes, steps=4, dilate="2,4").default_name()}
+    assert all({c.key for c in sweep.plan(g)} == {c.key for c in cells_} for g in again)
     with pytest.raises(SpecError, match="names one K twice"):
         sweep.plan(sweep.Grid(axes=axes, steps=4, dilate="4,4.0"))
     with pytest.raises(SpecError, match="--dilate must be a number"):

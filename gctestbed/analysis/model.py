@@ -58,6 +58,7 @@ from .cells import SAME_CELL, Row
 
 TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
+LAMBDA_GRID = [0.25 + LAMBDA_STEP * i for i in range(751)]
 VARIANTS = ("tail", "issue")
 BASELINE = "none"
 
@@ -97,7 +98,12 @@ class Fit:
 
     @property
     def lam_identified(self) -> bool:
-        return self.lam_range is not None and self.lam_range[1] - self.lam_range[0] <= LAMBDA_STEP + 1e-12
+        """One λ fits best, inside the grid: not a range of equals, nor the grid's own edge (a best
+        λ there may lie beyond it)."""
+        if self.lam_range is None:
+            return False
+        lo, hi = self.lam_range
+        return hi - lo <= LAMBDA_STEP + 1e-12 and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1]
 
     @property
     def median_error(self) -> float | None:
@@ -231,12 +237,18 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
         # the least median error; where cells that λ does not touch (communication hides the compute) hold
         # the median flat over a range of λ, the least mean error among those, then the λ nearest 1. "Flat"
         # is within 1e-9 (relative): a tie must not be broken by rounding in the fitted α and η
-        grid = [0.25 + LAMBDA_STEP * i for i in range(751)]          # 0.25 .. 4
-        left = {g: [abs(e) for e in errors(g, base)] for g in grid}
+        left = {g: [abs(e) for e in errors(g, base)] for g in LAMBDA_GRID}
         for measure in (statistics.median, statistics.fmean):
             best = min(measure(v) for v in left.values())
             left = {g: v for g, v in left.items() if measure(v) <= best + 1e-9}
-        lam, lam_range = min(left, key=lambda g: abs(g - 1)), (min(left), max(left))
+        lam = min(left, key=lambda g: abs(g - 1))
+        # the run of equals around the chosen λ (contiguous on the grid), so "every λ from a to b" holds
+        i = j = LAMBDA_GRID.index(lam)
+        while i > 0 and LAMBDA_GRID[i - 1] in left:
+            i -= 1
+        while j < len(LAMBDA_GRID) - 1 and LAMBDA_GRID[j + 1] in left:
+            j += 1
+        lam_range = (LAMBDA_GRID[i], LAMBDA_GRID[j])
     result = Fit(variant, lam, alpha, eta, lam_range=lam_range)
     for r in usable:
         whole, tail = _comm(r, alpha, eta)

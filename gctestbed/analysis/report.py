@@ -70,12 +70,24 @@ def dilation_label(tested: list[dict]) -> str:
 
 
 def lambda_label(m: dict) -> str:
-    """λ as fitted, or, where none's overlap cells fit a range of λ equally well, as the choice it is."""
+    """λ as fitted, or, where none's overlap cells fit a range of λ equally well (or best at the
+    grid's edge), as the choice it is."""
     lo_hi = m.get("lambda_range")
     if m.get("lambda_identified", True) or not lo_hi:
         return f"λ {m['lambda']:.3f}"
-    return (f"λ {m['lambda']:.3f} (not identified: every λ from {lo_hi[0]:.3f} to {lo_hi[1]:.3f} fits none's overlap "
-            "cells as well; the one nearest 1 is taken)")
+    lo, hi = lo_hi
+    edge, top = model.LAMBDA_GRID[0], model.LAMBDA_GRID[-1]
+    if hi - lo <= model.LAMBDA_STEP + 1e-12:
+        return f"λ {m['lambda']:.3f} (not identified: best at the edge of the λ the fit tries, so the best may lie beyond)"
+    if lo <= edge and hi >= top:
+        where = "every λ the fit tries fits none's overlap cells as well"
+    elif lo <= edge:
+        where = f"every λ up to {hi:.3f} fits none's overlap cells as well"
+    elif hi >= top:
+        where = f"every λ from {lo:.3f} up fits none's overlap cells as well"
+    else:
+        where = f"every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well"
+    return f"λ {m['lambda']:.3f} (not identified: {where}; the one nearest 1 is taken)"
 
 
 def pct(x: float | None) -> str:

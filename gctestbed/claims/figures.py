@@ -363,13 +363,17 @@ def model_lambda(rows: list[Row]) -> Measure:
             else:
                 unidentified[seed] = f.lam_range
     if not per_seed:
-        return Measure.missing("λ is not identified: none's overlap cells fit every λ from "
-                               f"{fit.lam_range[0]:.3f} to {fit.lam_range[1]:.3f} as well" if fit.lam_range else
-                               "the model needs overlap cells of none to fit λ")
+        ranges = {seed: r for seed, r in unidentified.items() if r}
+        if not ranges:
+            return Measure.missing("the model needs overlap cells of none to fit λ")
+        return Measure.missing("λ is not identified on any repeat: " + "; ".join(
+            f"seed {seed}: every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well" if hi > lo else
+            f"seed {seed}: best at the grid's edge, {lo:.3f}" for seed, (lo, hi) in ranges.items()))
     detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed,
               **({"unidentified_seeds": unidentified} if unidentified else {})}
     if len(per_seed) < 2:
-        return Measure(fit.lam, -math.inf, math.inf,
+        (only,) = per_seed.values()
+        return Measure(only, -math.inf, math.inf,
                        detail={**detail, "interval": "none: one repeat (a fit has no spread of its own)"})
     mean, half, n = _mean_interval(list(per_seed.values()))
     return Measure(mean, mean - half, mean + half,

@@ -228,7 +228,8 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
 
 def _cell_label(cell) -> str:
     p = cell.params
-    return f"{p['compressor']} @ {p['bw']} {p['mode']}, {p['nodes']} nodes (repeat {cell.repeat + 1})"
+    dilated = f" x{p['dilate']}" if "dilate" in p else ""
+    return f"{p['compressor']} @ {p['bw']} {p['mode']}{dilated}, {p['nodes']} nodes (repeat {cell.repeat + 1})"
 
 
 @main.command()
