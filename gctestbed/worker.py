@@ -184,11 +184,11 @@ def train(spec: RunSpec, rank: int, world: int, ifname: str) -> None:
         except RuntimeError:             # DDP re-raises the hook's failure, garbled: report the hook's own
             if comm.failure is None:
                 raise
-            sys.exit(exchange_failed(comm.failure, rank, step))
+            fail(exchange_failed(comm.failure, rank, step))
         try:
             comm.exchange_pending()      # serial mode: every bucket now, each phase timed; overlap: nothing left
         except RuntimeError as e:
-            sys.exit(exchange_failed(e, rank, step))
+            fail(exchange_failed(e, rank, step))
         sync()
         exchange_s = laps.lap()
         optim_cpu = thread_cpu() if device.type == "cpu" else None     # what the update took of this thread's CPU
@@ -255,6 +255,17 @@ def leave(code: int) -> NoReturn:
     os._exit(code)
 
 
+def fail(line: str) -> NoReturn:
+    """End this node at once with ``line`` as its log's last line and exit code 1, without meeting
+    the others: a node that failed must not wait for its peers. Not by interpreter shutdown either,
+    for the reason in finish: with a collective of this step still in Gloo's threads, shutdown
+    waits on them (until the peers give up) or aborts. Every row already stored is committed."""
+    print(line, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     faulthandler.enable()         # a node that aborts in C++ (Gloo, NCCL) leaves its Python stack in its log
     argv = sys.argv[1:] if argv is None else argv
@@ -264,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         train(spec, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ.get("GCTESTBED_IFNAME", "eth0"))
     except results.StoreError as e:          # disk full, store locked or damaged: one line, the log's last
-        sys.exit(f"gctestbed: rank {os.environ['RANK']}: {e}")
+        fail(f"gctestbed: rank {os.environ['RANK']}: {e}")
 
 
 if __name__ == "__main__":

@@ -89,3 +89,18 @@ def test_a_poisoned_step_stops_the_run_and_names_it(tmp_path, state_dir, mode):
     conn = sqlite3.connect(tmp_path / "r" / "gctestbed.sqlite")
     assert conn.execute("SELECT MAX(step) FROM steps WHERE rank=1").fetchone()[0] == 2      # steps 0-2 kept
     assert leftovers(s["run_id"]) == []
+
+
+def test_a_node_that_failed_leaves_at_once_whatever_its_threads_wait_for():
+    """A node whose exchange failed ends with its reason as its log's last line and exit code 1
+    without waiting for threads still blocked (as Gloo's are in a collective whose peer will not
+    come): a thread here waits 60 s, the node must be gone within 10. Planted: sys.exit (interpreter
+    shutdown joins the thread) -> the timeout fails the test."""
+    import subprocess
+    import sys
+    code = ("import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+            "from gctestbed import worker\n"
+            "worker.fail('gctestbed: rank 1 step 3 bucket 0: 1 of 2 gradient values are NaN or Inf')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].endswith("NaN or Inf"), done.stderr
