@@ -121,8 +121,14 @@ def _dilations(dilate) -> list[str]:
     """--dilate's K, each once, in increasing order and written as numbers are (128, not 128.0), so
     the same K in another order or spelling names the same sweep and the same cells; a K that is
     not a number is left as typed, for build_spec to refuse."""
-    ks = {f"{float(k):g}" if _number(k) else k.strip() for k in str(dilate).split(",")}
+    ks = {_k(k) if _number(k) else k.strip() for k in str(dilate).split(",")}
     return sorted(ks, key=lambda k: (not _number(k), float(k) if _number(k) else 0.0, k))
+
+
+def _k(text: str) -> str:
+    """A K written exactly, without a trailing '.0' (4, 4.5, 1234567): the way single-K grids were named."""
+    k = repr(float(text))
+    return k[:-2] if k.endswith(".0") else k
 
 
 def _only_default(axis: str, values: list[str]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -80,6 +81,13 @@ def test_lambda_is_called_unidentified_where_communication_hides_the_compute(tmp
     assert fit_with(1.0, 1.0).lam_identified and fit_with(1.0, 1.0 + model.LAMBDA_STEP).lam_identified
     assert not fit_with(1.0, 1.0 + 2 * model.LAMBDA_STEP).lam_identified
     assert not fit_with(0.25, 0.25).lam_identified and not fit_with(4.0, 4.0).lam_identified
+    assert not dataclasses.replace(fit_with(1.0, 1.0), lam_ties_elsewhere=True).lam_identified
+    # the label says what the range is, in each case
+    label = lambda lo, hi, elsewhere=False: report.lambda_label(  # noqa: E731
+        {"lambda": 1.0, "lambda_range": [lo, hi], "lambda_identified": False, "lambda_ties_elsewhere": elsewhere})
+    assert "best at the edge" in label(0.25, 0.25) and "every λ the fit tries" in label(0.25, 4.0)
+    assert "every λ from 0.500 up" in label(0.5, 4.0) and "every λ from 0.500 to 2.000" in label(0.5, 2.0)
+    assert "λ 1.000 fits none's overlap cells best; other λ apart from these fit as well" in label(1.0, 1.0, True)
 
 
 def test_a_miss_is_reported_with_a_reason(tmp_path):

@@ -979,7 +979,7 @@ def test_a_repeat_whose_lambda_is_not_identified_gives_no_lambda(tmp_path):
     """A repeat measured only where communication hides none's compute (10 Mbit/s) fits every λ
     as well: the tie-break's 1.0 is not a measurement, so it is left out of the mean and named;
     with no other repeat there is no figure, and the reason names the seed and its range; with one
-    identified repeat, its own λ. Planted: the tie-break's λ kept -> per_seed holds seed 3 and the
+    identified repeat, its own λ and no interval. Planted: the tie-break's λ kept -> per_seed holds seed 3 and the
     first assertion fails."""
     import synthetic
     from gctestbed.claims import figures
@@ -992,7 +992,8 @@ def test_a_repeat_whose_lambda_is_not_identified_gives_no_lambda(tmp_path):
     alone = figures.model_lambda([r for r in rows if r.seed == 3])
     assert alone.value is None and "not identified on any repeat: seed 3: every λ from 0.250 to" in alone.why
     one = figures.model_lambda([r for r in rows if r.seed in (1, 3)])
-    assert one.value == pytest.approx(synthetic.LAMBDA, abs=0.011) and one.low == -float("inf")
+    assert set(one.detail["per_seed"]) == {1} and set(one.detail["unidentified_seeds"]) == {3}
+    assert one.value == one.detail["per_seed"][1] and one.low == -float("inf")
 
 
 def test_the_controls_line_says_what_each_control_lost_and_why_one_was_not_judged():

@@ -91,10 +91,11 @@ class Fit:
     alpha_s: float
     eta: float
     predictions: list[Prediction] = field(default_factory=list)
-    # the λ that fit none's overlap cells equally well before the tie-break to the one nearest 1 (None:
-    # no overlap cells, λ = 1 by default); wider than one step of the grid when those cells cannot
-    # tell λ apart (communication hides their compute), and then λ was not fitted, only chosen
+    # the run of λ, contiguous on the grid around the chosen one, that fit none's overlap cells as well
+    # (None: no overlap cells, λ = 1 by default); wider than one step of the grid when those cells
+    # cannot tell λ apart (communication hides their compute), and then λ was not fitted, only chosen
     lam_range: tuple[float, float] | None = None
+    lam_ties_elsewhere: bool = False    # some λ outside that run fit as well (then not identified either)
 
     @property
     def lam_identified(self) -> bool:
@@ -103,7 +104,8 @@ class Fit:
         if self.lam_range is None:
             return False
         lo, hi = self.lam_range
-        return hi - lo <= LAMBDA_STEP + 1e-12 and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1]
+        return (hi - lo <= LAMBDA_STEP + 1e-12 and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1]
+                and not self.lam_ties_elsewhere)
 
     @property
     def median_error(self) -> float | None:
@@ -232,7 +234,7 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
             out.append(step_time(ph[(*_setting(r), r.compressor)], whole, tail, _mode(r), lam, variant) / r.step_s - 1)
         return out
 
-    lam, lam_range = 1.0, None
+    lam, lam_range, elsewhere = 1.0, None, False
     if base:
         # the least median error; where cells that λ does not touch (communication hides the compute) hold
         # the median flat over a range of λ, the least mean error among those, then the λ nearest 1. "Flat"
@@ -249,7 +251,8 @@ def fit(rows: list[Row], variant: str = "tail", network_from_every_method: bool 
         while j < len(LAMBDA_GRID) - 1 and LAMBDA_GRID[j + 1] in left:
             j += 1
         lam_range = (LAMBDA_GRID[i], LAMBDA_GRID[j])
-    result = Fit(variant, lam, alpha, eta, lam_range=lam_range)
+        elsewhere = len(left) > j - i + 1
+    result = Fit(variant, lam, alpha, eta, lam_range=lam_range, lam_ties_elsewhere=elsewhere)
     for r in usable:
         whole, tail = _comm(r, alpha, eta)
         p = ph[(*_setting(r), r.compressor)]
@@ -435,6 +438,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
             key = f"{r.compressor} @ {r.bw_bps / 1e6:g} Mbit/s"
             speedups.setdefault(key, {})[r.nodes] = none[0].step_s / r.step_s
     return {"fit_nodes": sorted(fit_nodes), "lambda": f.lam, "lambda_range": f.lam_range,
+            "lambda_ties_elsewhere": f.lam_ties_elsewhere,
             "lambda_identified": f.lam_identified, "alpha_s": f.alpha_s, "eta": f.eta,
             "host_bound_fit_cells": sum(bool(r.paced) for r in train),
             "by_nodes": {p: {"median_abs_error": statistics.median(x for x, _ in e), "cells": len(e),

@@ -77,9 +77,12 @@ def lambda_label(m: dict) -> str:
         return f"λ {m['lambda']:.3f}"
     lo, hi = lo_hi
     edge, top = model.LAMBDA_GRID[0], model.LAMBDA_GRID[-1]
-    if hi - lo <= model.LAMBDA_STEP + 1e-12:
+    elsewhere = "; other λ apart from these fit as well" if m.get("lambda_ties_elsewhere") else ""
+    if hi - lo <= model.LAMBDA_STEP + 1e-12 and not elsewhere:
         return f"λ {m['lambda']:.3f} (not identified: best at the edge of the λ the fit tries, so the best may lie beyond)"
-    if lo <= edge and hi >= top:
+    if hi - lo <= model.LAMBDA_STEP + 1e-12:
+        where = f"λ {lo:.3f} fits none's overlap cells best"
+    elif lo <= edge and hi >= top:
         where = "every λ the fit tries fits none's overlap cells as well"
     elif lo <= edge:
         where = f"every λ up to {hi:.3f} fits none's overlap cells as well"
@@ -87,7 +90,7 @@ def lambda_label(m: dict) -> str:
         where = f"every λ from {lo:.3f} up fits none's overlap cells as well"
     else:
         where = f"every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well"
-    return f"λ {m['lambda']:.3f} (not identified: {where}; the one nearest 1 is taken)"
+    return f"λ {m['lambda']:.3f} (not identified: {where}{elsewhere}; the one nearest 1 is taken)"
 
 
 def pct(x: float | None) -> str:
@@ -143,6 +146,7 @@ def analyse(rows: list[cells.Row], curves: list | None = None, fits: dict | None
             continue
         out["model"][variant] = {
             "lambda": f.lam, "lambda_range": f.lam_range, "lambda_identified": f.lam_identified,
+            "lambda_ties_elsewhere": f.lam_ties_elsewhere,
             "alpha_s": f.alpha_s, "eta": f.eta, "median_abs_error": f.median_error,
             "fit_median_abs_error": f.fit_error, "predicted_cells": sum(not p.fitted for p in f.predictions),
             "misses": [{"group": cells.group_label(p.row.group), "compressor": p.row.compressor, "bw_bps": p.row.bw_bps,
