@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import textwrap
-import time
 
 import pytest
 import torch
@@ -81,13 +80,9 @@ def test_the_node_that_caused_it_is_blamed_whatever_its_log_ends_with(tmp_path, 
 @pytest.mark.parametrize("mode", ["overlap", "serial"])
 def test_a_poisoned_step_stops_the_run_and_names_it(tmp_path, state_dir, mode):
     (tmp_path / "poisoned.py").write_text(POISONED)
-    began = time.monotonic()
     proc = gctestbed("run", "--nodes", "2", "--bw", "1gbit", "--workload", "poisoned:make", "--compressor", "twobit",
                      "--mode", mode, "--steps", "8", "--no-calibrate", "--results", str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == 1
-    # the failed node leaves at once (worker.fail): 11-13 s here, where interpreter shutdown made the
-    # overlap run 30-47 s in CI, waiting on Gloo's threads
-    assert time.monotonic() - began < 25
     s = show(tmp_path / "r")
     assert s["status"] == "failed"
     assert "node 1" in s["error"] and "rank 1 step 3 bucket 0" in s["error"] and "NaN or Inf" in s["error"]
@@ -98,8 +93,7 @@ def test_a_poisoned_step_stops_the_run_and_names_it(tmp_path, state_dir, mode):
 
 def test_a_node_that_failed_leaves_at_once_whatever_its_threads_wait_for(tmp_path):
     """A node whose exchange failed ends with its reason as its log's last line and exit code 1
-    without waiting for threads still blocked (as Gloo's are in a collective whose peer will not
-    come): a thread here waits 120 s, the node must be gone within 30 (imports included). A store
+    without waiting for threads still blocked: a Python thread here waits 120 s, the node must be gone within 30 (imports included). A store
     that fails takes the same way out of main. Planted: sys.exit in fail (interpreter shutdown joins
     the thread) -> the timeout; sys.exit in main -> the StoreError case."""
     import os
