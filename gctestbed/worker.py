@@ -250,9 +250,7 @@ def finish(spec: RunSpec, recorder: Recorder, rank: int, world: int) -> NoReturn
 def leave(code: int) -> NoReturn:
     """Meet every rank once more, then end this process with ``code`` at once (see finish)."""
     dist.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _end(code)
 
 
 def fail(line: str) -> NoReturn:
@@ -262,9 +260,14 @@ def fail(line: str) -> NoReturn:
     precaution, as finish's is: no run here was measured slower for it. Every row already stored
     is committed."""
     print(line, file=sys.stderr)
+    _end(1)
+
+
+def _end(code: int) -> NoReturn:
+    """The process ends here, its output flushed, without interpreter shutdown (see finish)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(1)
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

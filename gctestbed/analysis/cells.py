@@ -11,7 +11,6 @@ and optimizer.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 from .. import results
@@ -200,8 +199,8 @@ def _undilated(r: Row) -> tuple:
 def _replayed_as(spec: RunSpec) -> str | None:
     if spec.workload != "replay":
         return None
-    options = {k: v for k, v in spec.workload_options.items() if k != "scale"}
-    return json.dumps({**options, "trace": os.path.abspath(str(options.get("trace", "")))}, sort_keys=True, default=str)
+    # the trace's path is absolute already (flags._trace)
+    return json.dumps({k: v for k, v in spec.workload_options.items() if k != "scale"}, sort_keys=True, default=str)
 
 
 TAIL = 3

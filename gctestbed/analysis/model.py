@@ -60,6 +60,11 @@ TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
 LAMBDA_GRID = [0.25 + LAMBDA_STEP * i for i in range(751)]
 VARIANTS = ("tail", "issue")
+
+
+def one_lambda(lo: float, hi: float) -> bool:
+    """Whether a range of λ on the grid is one λ (one step of the grid at most)."""
+    return hi - lo <= LAMBDA_STEP + 1e-12
 BASELINE = "none"
 
 
@@ -104,8 +109,7 @@ class Fit:
         if self.lam_range is None:
             return False
         lo, hi = self.lam_range
-        return (hi - lo <= LAMBDA_STEP + 1e-12 and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1]
-                and not self.lam_ties_elsewhere)
+        return one_lambda(lo, hi) and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1] and not self.lam_ties_elsewhere
 
     @property
     def median_error(self) -> float | None:

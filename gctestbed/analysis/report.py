@@ -78,9 +78,9 @@ def lambda_label(m: dict) -> str:
     lo, hi = lo_hi
     edge, top = model.LAMBDA_GRID[0], model.LAMBDA_GRID[-1]
     elsewhere = "; other λ apart from these fit as well" if m.get("lambda_ties_elsewhere") else ""
-    if hi - lo <= model.LAMBDA_STEP + 1e-12 and not elsewhere:
+    if model.one_lambda(lo, hi) and not elsewhere:
         return f"λ {m['lambda']:.3f} (not identified: best at the edge of the λ the fit tries, so the best may lie beyond)"
-    if hi - lo <= model.LAMBDA_STEP + 1e-12:
+    if model.one_lambda(lo, hi):
         where = f"λ {lo:.3f} fits none's overlap cells best"
     elif lo <= edge and hi >= top:
         where = "every λ the fit tries fits none's overlap cells as well"
