@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import math
 import subprocess
 import sys
@@ -1050,3 +1051,19 @@ def test_a_composite_figure_counts_the_runs_of_its_thinner_side():
     assert (d.value, d.low, d.high, d.detail["n"]) == (1.5, 0.0, 2.75, 3)
     assert (r.value, r.low, r.high, r.detail["n"]) == (4.0, 1.0, 12.0, 3)
     assert "n" not in figures.difference(five, Measure(0.5, 0.25, 1.0)).detail
+
+
+@pytest.mark.parametrize("lam_range, elsewhere, words", [
+    ((1.0, 1.0), True, "seed 7: λ 1.000 fits best; other λ apart from these fit as well"),
+    ((0.25, 0.255), False, "seed 7: best at the grid's edge, 0.250"),
+    ((0.25, 2.0), False, "seed 7: every λ from 0.250 to 2.000 fits none's overlap cells as well")])
+def test_the_claim_on_lambda_says_why_by_the_models_own_rule(monkeypatch, lam_range, elsewhere, words):
+    """The claim names each case the report's label does, by model.one_lambda (two grid steps at the
+    edge are one λ there; a single λ with ties apart is not the edge). Planted: the claim's own
+    'hi > lo' rule -> the second case reads as a range."""
+    from gctestbed.analysis import model
+    from gctestbed.claims import figures
+    monkeypatch.setattr(model, "fit", lambda rows, variant="tail", **k: model.Fit(
+        "tail", lam_range[0], 0.0, 1.0, lam_range=lam_range, lam_ties_elsewhere=elsewhere))
+    row = types.SimpleNamespace(seed=7)
+    assert figures.model_lambda([row]).why == "λ is not identified on any repeat: " + words

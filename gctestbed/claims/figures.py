@@ -355,20 +355,27 @@ def model_lambda(rows: list[Row]) -> Measure:
     fit = model.fit(rows, "tail")
     if fit is None:
         return Measure.missing("the model needs serial and overlap cells of none to fit")
-    per_seed, unidentified = {}, {}
+    per_seed, unidentified, elsewhere = {}, {}, {}
     for seed in sorted({r.seed for r in rows}):
         if (f := model.fit([r for r in rows if r.seed == seed], "tail")) is not None:
             if f.lam_identified:
                 per_seed[seed] = f.lam
             else:
                 unidentified[seed] = f.lam_range
+                elsewhere[seed] = f.lam_ties_elsewhere
     if not per_seed:
         ranges = {seed: r for seed, r in unidentified.items() if r}
         if not ranges:
             return Measure.missing("the model needs overlap cells of none to fit λ")
+
+        def why(seed: int, lo: float, hi: float) -> str:
+            """The same cases as report.lambda_label, by model.one_lambda's rule."""
+            more = "; other λ apart from these fit as well" if elsewhere[seed] else ""
+            if not model.one_lambda(lo, hi):
+                return f"seed {seed}: every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well{more}"
+            return f"seed {seed}: λ {lo:.3f} fits best{more}" if more else f"seed {seed}: best at the grid's edge, {lo:.3f}"
         return Measure.missing("λ is not identified on any repeat: " + "; ".join(
-            f"seed {seed}: every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well" if hi > lo else
-            f"seed {seed}: best at the grid's edge, {lo:.3f}" for seed, (lo, hi) in ranges.items()))
+            why(seed, lo, hi) for seed, (lo, hi) in ranges.items()))
     detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed,
               **({"unidentified_seeds": unidentified} if unidentified else {})}
     if len(per_seed) < 2:
