@@ -15,17 +15,21 @@ from gctestbed.spec import SpecError
 from helpers import gctestbed, leftovers, show
 
 
-# spins for SECONDS of wall time, then writes the CPU time the kernel charged this process (getrusage):
-# a measure of the share that owes nothing to gctestbed's own accounting
+# spins for SECONDS of wall time, then writes the CPU time the kernel charged this process over the
+# spin (getrusage after less getrusage before): a measure of the share that owes nothing to
+# gctestbed's own accounting. The interpreter's start (0.09-0.13 s of CPU here) is left out of both
+# the CPU time and the wall time; counted in the one and not the other it read 0.28-0.30 for 0.25.
 BUSY = """
 import json, os, resource, sys, time
-t0 = time.monotonic()
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+c0, t0 = cpu(), time.monotonic()
 while time.monotonic() - t0 < {seconds}:
     pass
-u = resource.getrusage(resource.RUSAGE_SELF)
-wall = time.monotonic() - t0
+c1, wall = cpu(), time.monotonic() - t0
 with open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w") as f:
-    json.dump({{"cpu_s": u.ru_utime + u.ru_stime, "wall_s": wall}}, f)
+    json.dump({{"cpu_s": c1 - c0, "wall_s": wall}}, f)
 """
 
 
@@ -139,7 +143,7 @@ def test_cpus_per_node_holds_each_node_to_its_share(tmp_path, state_dir):
     free = shares()
     assert all(s > 0.6 for s in free), free
     capped = shares("--cpus-per-node", "0.25")
-    assert all(0.15 < s < 0.3 for s in capped), capped
+    assert all(0.15 < s < 0.28 for s in capped), capped   # 0.249-0.250 measured over the spin
     assert show(tmp_path / "r")["cpu"]["cpus_per_node"] == 0.25
 
     proc = gctestbed("run", "--nodes", "2", "--no-calibrate", "--steps", "6", "--cpus-per-node", "0.3", "--workload",
