@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import psutil
@@ -20,6 +21,7 @@ from . import hostcpu, results
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
+from .launch.forkserver import Server
 from .launch.kept import KeptNetwork
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
@@ -41,18 +43,65 @@ class Interrupted(Exception):
     run_id: str | None = None
 
 
+@dataclass
+class Early:
+    """A run's ledger and fork server, started by the command line before it reads the flags
+    (which imports torch), so the server imports on the other core meanwhile; ``run`` takes both
+    over (``taken``), and ``early_start`` removes them if it never did."""
+
+    state: ledger.RunState
+    server: Server
+    taken: bool = False
+
+
+@contextlib.contextmanager
+def early_start(launcher: str, command: tuple | list, results_dir: str) -> Iterator[Early | None]:
+    """An ``Early`` for a run on namespace nodes of gctestbed's own worker (a user's program is
+    not forked), else None; None too where ``run`` would refuse before building anything: a user
+    without root, a results directory that cannot be written (looked at, not created: a store
+    full, locked or damaged is still found by ``run``, and then the early start is undone)."""
+    if launcher != "netns" or command or os.geteuid() != 0 or not _writable(results_dir):
+        yield None
+        return
+    state = ledger.RunState.create()
+    early = None
+    try:
+        early = Early(state, Server(state))
+        yield early
+    finally:
+        if early is None or not early.taken:
+            with _signals_ignored():
+                state.undo()
+
+
+def _writable(directory: str) -> bool:
+    """Whether ``directory``, or the nearest existing folder above it, can be written."""
+    path = os.path.abspath(directory)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return os.access(path, os.W_OK)
+
+
 def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = lambda text: None,
-        kept: KeptNetwork | None = None) -> results.RunSummary:
+        kept: KeptNetwork | None = None, early: Early | None = None, fresh: bool = False) -> results.RunSummary:
     """Run ``spec`` and return its summary (see results.summarize). Raises Interrupted (carrying
     the run id) on Ctrl-C. ``kept``: a sweep's network, used (and re-shaped, or rebuilt) where it
-    takes the spec; the run then owns only its workers."""
+    takes the spec; the run then owns only its workers. ``early``: the ledger and fork server the
+    command line started (``early_start``). ``fresh``: every node starts an interpreter of its own
+    instead of being forked (what 'bench scale --fresh-nodes' and an unkept sweep measure)."""
     launcher = cluster_class(spec)
     launcher.check_host()
     results.check_writable(spec.results_dir)        # a full, locked or damaged store stops us before anything is built
     if spec.backend == "nccl":
         import torch
         nodeenv.check_nccl(spec.nodes, torch.cuda.device_count())
-    state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
+    if early is not None:
+        early.taken = True
+        state = early.state
+        state.update(results_db=results.db_path(spec.results_dir))
+    else:
+        state = ledger.RunState.create(results_db=results.db_path(spec.results_dir))
+    lent = kept is not None and kept.takes(spec)
     session = None
     status, error = "failed", None
     cluster = None
@@ -60,8 +109,14 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     host = hostcpu.Sampler()          # the host's CPU while the steps go (the nodes run on this host)
     try:
         with signals_raise():
+            server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
+            if launcher is NetnsCluster and not spec.command and not lent and not fresh:   # once for every node
+                server = early.server if early is not None else Server(state)   # first: it imports meanwhile
             spec = resolve(spec, state.run_id, on_phase)
-            cluster = kept.lend(spec, state) if kept is not None and kept.takes(spec) else launcher(spec, state)
+            if lent:
+                cluster = kept.lend(spec, state)
+            else:
+                cluster = launcher(spec, state, server) if server is not None else launcher(spec, state)
             session = Session(spec)
             on_phase("building the network")
             nodes = cluster.up()

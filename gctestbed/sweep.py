@@ -74,7 +74,7 @@ class Grid:
                                                            # comma-separated: every cell at each K (report's dilation test)
     calibrate: str = "first"        # first: once per link setting in each invocation; all; none
     # keep each network (re-shaped in place) for the cells that fit it and fork every worker from one
-    # fork server; False: every cell builds its own and starts fresh interpreters, as a lone run does
+    # fork server; False: every cell builds its own network and every node starts a fresh interpreter
     keep: bool = True
     partition: str | None = None    # --launcher slurm: the partition to allocate hosts in (Slurm's default: None)
     dev: str = "eth0"               # --launcher slurm: each host's interface to shape, and to pin Gloo/NCCL to
@@ -254,7 +254,7 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
                 with runner.signals_raise():        # as a run's: Ctrl-C and SIGTERM stop the step, even where
                     summary = hosts.run(cell, measure)          # the sweep was started with SIGINT ignored
             else:
-                summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept)
+                summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept, fresh=not grid.keep)
             if measure and not summary.calibration_missed:
                 calibrated.add(cell.link)          # a link that missed is measured again at its next cell
             results.mark_cell(conn, name, cell.key, cell.repeat, summary.status, summary.run_id)

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gctestbed.cli import main
+from helpers import leftovers
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -56,11 +57,15 @@ def test_help_explains_tc_units():
     assert "BYTES per second" in result.output and "BITS per second" in result.output
 
 
-def test_console_script_reports_errors_without_traceback(tmp_path):
+@pytest.mark.root
+def test_console_script_reports_errors_without_traceback(tmp_path, state_dir):
+    """And the fork server the command started before it read the flags (runner.early_start) is
+    gone with its ledger."""
     proc = subprocess.run([sys.executable, "-m", "gctestbed.cli", "run", "--bw", "1g", "--results", str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("gctestbed: bandwidth '1g'") and "Traceback" not in proc.stderr
+    assert [n for n in os.listdir(state_dir) if n.endswith(".json")] == [] and leftovers() == []   # no ledger, no process
 
 
 def test_the_in_process_helper_keeps_an_outer_time_limit():

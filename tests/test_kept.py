@@ -17,6 +17,7 @@ import time
 
 import statistics
 
+import psutil
 import pytest
 
 from gctestbed import flags, results, runner, sweep
@@ -293,3 +294,39 @@ def test_a_built_network_fits_cells_that_differ_only_in_their_links():
     netem = _built(flags.build_spec(nodes="2", latency="5ms"), "netem")
     assert topology.fits(netem, flags.build_spec(nodes="2", latency="9ms").network(), "auto")
     assert not topology.fits(netem, flags.build_spec(nodes="2").network(), "auto")
+
+
+def test_an_early_start_is_made_only_for_our_worker_on_namespace_nodes_by_root(tmp_path, monkeypatch):
+    """runner.early_start declines (None, nothing started) where the run would not fork or would
+    refuse before building anything."""
+    for launcher, command in (("docker", ()), ("netns", ("python", "mine.py"))):
+        with runner.early_start(launcher, command, str(tmp_path)) as early:
+            assert early is None
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with runner.early_start("netns", (), str(tmp_path)) as early:
+        assert early is None
+
+
+@pytest.mark.root
+def test_an_early_start_the_run_never_took_is_undone_and_one_it_took_is_the_runs(tmp_path, state_dir):
+    """A flag refused after the early start: its fork server is killed and its ledger removed. A
+    run that takes one over has the early ledger's id, and its workers come from that server."""
+    from gctestbed.spec import SpecError
+    with pytest.raises(SpecError):
+        with runner.early_start("netns", (), str(tmp_path)) as early:
+            server = early.server._proc
+            raise SpecError("a flag refused")
+    assert not psutil.pid_exists(server.pid) and _ledgers(state_dir) == []
+
+    spec = flags.build_spec(nodes="2", steps="1", workload="mlp:width=32,depth=1,input_dim=16", calibrate=False,
+                            results_dir=str(tmp_path / "r"))
+    with runner.early_start("netns", (), spec.results_dir) as early:
+        summary = runner.run(spec, early=early)
+    assert summary.status == "ok", summary.error
+    assert summary.run_id == early.state.run_id and summary.environment["shaping"]["workers"] == "forked"
+    assert early.server._ready          # waited for and forked from: the run started no server of its own
+    assert leftovers(summary.run_id) == [] and _ledgers(state_dir) == []
+
+
+def _ledgers(directory) -> list[str]:
+    return [name for name in os.listdir(directory) if name.endswith(".json")]

@@ -229,7 +229,7 @@ def test_a_cleanup_that_raises_does_not_replace_a_cells_error(tmp_path, monkeypa
     from gctestbed import runner
     from gctestbed.launch.kept import KeptNetwork
 
-    def broken(spec, kept=None):
+    def broken(spec, kept=None, fresh=False):
         raise ValueError("cell broke")
 
     def close(self):
@@ -250,7 +250,7 @@ def test_what_the_kept_network_left_is_told_beside_a_cells_error(tmp_path, monke
     from gctestbed import runner
     from gctestbed.launch.kept import KeptNetwork
 
-    def broken(spec, kept=None):
+    def broken(spec, kept=None, fresh=False):
         raise stop("cell broke")
     monkeypatch.setattr(runner, "run", broken)
     monkeypatch.setattr(KeptNetwork, "close", lambda self: ["namespace gct-x-n0"])

@@ -88,5 +88,8 @@ def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
     assert s["latency_impl"] in ("netem", "delayline")
     assert leftovers(s["run_id"]) == []
     time.sleep(0.2)
-    new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "gctestbed.worker" in " ".join(p.info["cmdline"] or [])]
+    # its workers (forked: they carry the fork server's command line) and the fork server itself
+    ours = ("gctestbed.worker", "gctestbed.launch.forkserver")
+    new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and any(o in " ".join(p.info["cmdline"] or []) for o in ours)]
     assert new == []
+    assert s["environment"]["shaping"]["workers"] == "forked"

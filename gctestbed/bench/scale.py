@@ -27,7 +27,7 @@ def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workloa
         phase: Callable[[str], None] = lambda text: None, fresh: bool = False) -> dict:
     """One run per node count (no calibration: the bench times gctestbed, not the links). Workers
     are forked by one fork server, as a sweep's are (launch/kept.py); ``fresh``: every node starts
-    its own interpreter, as a lone run's does."""
+    its own interpreter, on a network of each run's own."""
     rows, cpus = [], flags.build_spec(cpus_per_node=cpus_per_node).cpus_per_node
     with contextlib.nullcontext() if fresh else kept_for("bench scale") as kept:
         for n in node_counts:
@@ -36,7 +36,7 @@ def run(node_counts: list[int], bw: str, steps: int, cpus_per_node: str, workloa
             phase(f"bench scale: {n} nodes")
             free = psutil.virtual_memory().available
             t0 = time.monotonic()
-            summary = runner.run(spec, kept=kept)
+            summary = runner.run(spec, kept=kept, fresh=fresh)
             rows.append(_row(n, summary, time.monotonic() - t0, free))
     return {"machine": environment(), "bw": bw, "steps": steps, "workload": workload, "fork_server": not fresh,
             "cpus_per_node": cpus, "results_dir": results_dir, "rows": rows}

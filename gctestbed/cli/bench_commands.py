@@ -45,7 +45,8 @@ def bench_net(as_json, seconds, rates, latencies):
 @click.option("--workload", default=None, help="The job (default: a 340 kB mlp, so the bench times gctestbed itself).")
 @click.option("--results", "results_dir", default="results/scale", show_default=True, help="Results directory.")
 @click.option("--fresh-nodes", is_flag=True,
-              help="Start an interpreter per node, as a lone run does (default: fork every worker from one server, as a sweep does).")
+              help="Start an interpreter per node on a network of each run's own (default: fork every worker from one "
+                   "server on one kept network, as a sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def bench_scale(nodes, bw, steps, cpus_per_node, workload, results_dir, fresh_nodes, as_json):
     """One small run on each node count: fixed cost, memory per node, step time, bus bandwidth."""

@@ -51,33 +51,34 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
     in it installs --compressor and records each step (see docs/guide.md).
     """
-    spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                            latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
-                            workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
-                            comm=comm, eval_every=eval_every, seed=seed,
-                            bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
-                            accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                            launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
-    why = trace_.untraceable(spec) if record_trace else None
-    if why:
-        raise SpecError(f"--record-trace cannot trace this run, because {why}: leave it out.")
-    console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
-                  f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
-                  f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
-                  + (f", dilated x{spec.dilate:g}" if spec.dilate != 1 else ""))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
-        task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
+    with runner.early_start(launcher, command, results_dir) as early:     # the fork server imports while the flags are read
+        spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                                latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
+                                workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                                comm=comm, eval_every=eval_every, seed=seed,
+                                bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
+                                accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
+                                launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
+        why = trace_.untraceable(spec) if record_trace else None
+        if why:
+            raise SpecError(f"--record-trace cannot trace this run, because {why}: leave it out.")
+        console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
+                      f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
+                      f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
+                      + (f", dilated x{spec.dilate:g}" if spec.dilate != 1 else ""))
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
+            task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
 
-        def progress(done: int, total: int, row: dict) -> None:
-            loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
-            bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
+            def progress(done: int, total: int, row: dict) -> None:
+                loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
+                bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
-        try:
-            summary = runner.run(spec, progress, lambda text: bar.update(task, info=text))
-        except runner.Interrupted as e:
-            console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
-            sys.exit(130)
+            try:
+                summary = runner.run(spec, progress, lambda text: bar.update(task, info=text), early=early)
+            except runner.Interrupted as e:
+                console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
+                sys.exit(130)
     print_summary(summary)
     if summary.status != "ok":
         click.echo(f"gctestbed: run {summary.run_id} failed: {summary.error}", err=True)
@@ -144,8 +145,8 @@ def _axis_values(axis: str, given: tuple[str, ...]) -> list[str]:
 @click.option("--retry-failed", is_flag=True, help="Run failed cells again (interrupted ones always are).")
 @click.option("--dry-run", is_flag=True, help="List the cells still to run and exit.")
 @click.option("--fresh-nodes", is_flag=True,
-              help="Build every cell's network and start its nodes from scratch, as a lone run does (default: cells "
-                   "that fit keep the network, re-shaped, and fork workers from each node's pre-imported server).")
+              help="Build every cell's network and start an interpreter per node (default: cells that fit keep the "
+                   "network, re-shaped, and fork workers from one pre-imported server).")
 @cpus_option
 @dilate_option
 @click.option("--record-traces", "trace_dir", default=None, metavar="DIR",

@@ -1,5 +1,5 @@
 """The fork server: one interpreter that imports torch and the worker once, then forks a fresh
-worker for every node of every cell of a sweep, inside the node's namespace and CPU share.
+worker for every node of a run (every cell of a sweep), inside the node's namespace and CPU share.
 
 Starting a worker from scratch costs an interpreter and torch's imports, about 1.5 s of CPU per
 node (torch and the lazy import of torch._dynamo by DDP's constructor), which on a 2-core host was
@@ -15,8 +15,9 @@ and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...},
 "netns": NAME, "cgroup": PATH}`` (the last two may be null) and reads ``{"pid": N}``, then, when
 the worker ends, ``{"exit": CODE}`` (negative: killed by that signal, as Popen has it). ``Forked``
 is that client, shaped like Popen for the runner (``load_kernels`` asks the server to load the
-native kernels first). The server ends when its parent (the sweep)
-does, killing the workers it still has.
+native kernels first). The server ends when its parent (the run or sweep) does, killing the
+workers it still has. ``Server`` starts one under a ledger without waiting for its imports, so a
+run builds its network (and the command line imports torch) while the server imports.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 
 READY = "ready"
@@ -81,6 +83,48 @@ class Forked:
             self._sock.close()
 
 
+class Server:
+    """A fork server started under ``state`` (a ledger: its process and its directory, named for
+    the ledger so 'gctestbed clean' and a census by run id find it and its workers), not yet
+    waited for: ``fork`` waits for its imports the first time, then forks."""
+
+    def __init__(self, state):
+        self.state, self.kernels = state, False     # kernels: whether it has loaded the native kernels
+        directory = os.path.join(tempfile.gettempdir(), f"gct-{state.run_id}-server")
+        state.add("dir", name=directory)
+        os.makedirs(directory, mode=0o700)
+        self.socket, self._log = os.path.join(directory, "fork.sock"), os.path.join(directory, "fork.log")
+        with open(self._log, "ab") as out:
+            self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
+                                          start_new_session=True, text=True)
+        state.add("process", name="fork server", pid=self._proc.pid)
+        self._ready = False
+
+    def ready(self) -> None:
+        """Wait until the server listens (its imports done); RuntimeError, with its log's last
+        line, if it ended instead."""
+        if self._ready:
+            return
+        if self._proc.stdout.readline().strip() != READY:
+            with open(self._log, errors="replace") as f:
+                tail = f.read().strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"the fork server did not start: {tail[0]}")
+        self._proc.stdout.close()
+        self._ready = True
+
+    def fork(self, argv: list[str], env: dict[str, str], log_path: str, netns: str | None, cgroup: str | None,
+             kernels: bool) -> "Forked":
+        """Our worker (``python -m gctestbed.worker ARGS``) forked into ``netns`` and ``cgroup``;
+        ``kernels``: the run uses the native kernels, which the server then loads first (once)."""
+        if argv[1:3] != ["-m", "gctestbed.worker"]:
+            raise ValueError(f"a fork server forks only gctestbed's worker, not {argv}")
+        self.ready()
+        if kernels and not self.kernels:
+            self.kernels = load_kernels(self.socket)
+        return Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
+
+
 def _child(request: dict) -> None:
     """In the forked child: become the worker ``request`` describes, then end with its status."""
     code = 1
@@ -123,7 +167,7 @@ def _child(request: dict) -> None:
 def load_kernels(socket_path: str) -> bool:
     """Have the server load the native compressor kernels, so workers forked from then on have
     them (each would otherwise load them itself); whether they loaded. Asked for only once the
-    sweep's own process has them, built and fresh, so the server never builds."""
+    run's (or sweep's) own process has them, built and fresh, so the server never builds."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(socket_path)
         s.sendall(json.dumps({"load": "kernels"}).encode() + b"\n")

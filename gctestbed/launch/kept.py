@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
-import tempfile
 from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..net import delayline, topology
-from ..session import read_text
 from ..spec import RunSpec
 from . import cpushare, forkserver
 from .netns import NetnsCluster
@@ -48,9 +44,7 @@ class KeptNetwork:
         self.cluster: NetnsCluster | None = None
         self.nodes: list[Node] = []
         self.cells = 0                          # cells the network served since it was built
-        self.socket: str | None = None          # the fork server's
-        self.kernels = False                    # whether the fork server has loaded the native kernels
-        self._server: RunState | None = None    # the fork server's ledger: its process and directory
+        self.server: forkserver.Server | None = None    # under a ledger of its own, kept across rebuilds
 
     @staticmethod
     def takes(spec: RunSpec) -> bool:
@@ -71,6 +65,10 @@ class KeptNetwork:
 
     def prepare(self, spec: RunSpec) -> list[Node]:
         """The nodes, with the links of ``spec``: re-shaped when it fits, else built anew."""
+        if self.server is None:                 # first: it imports while the network is built
+            state = RunState.create()
+            state.update(meta={"kind": "fork server"})
+            self.server = forkserver.Server(state)
         reshaped = False
         if self.fits(spec):
             try:
@@ -87,10 +85,6 @@ class KeptNetwork:
             self.cluster.state.update(meta={"kind": "kept network"})     # as 'gctestbed ls' shows it
             self.nodes = self.cluster.up()
             self.cells = 0
-        if self.socket is None:
-            self._start_server()
-        if spec.kernels == "native" and not self.kernels:      # resolved: this process has them, fresh
-            self.kernels = forkserver.load_kernels(self.socket)
         self.cells += 1
         return self.nodes
 
@@ -103,9 +97,9 @@ class KeptNetwork:
     def close(self) -> list[str]:
         """Remove the network, the fork server and the CPU shares; what could not be removed."""
         problems = self._remove_network()
-        if self._server is not None:
-            problems += self._server.undo()
-            self._server, self.socket, self.kernels = None, None, False
+        if self.server is not None:
+            problems += self.server.state.undo()
+            self.server = None
         return problems
 
     def _remove_network(self) -> list[str]:
@@ -114,24 +108,6 @@ class KeptNetwork:
         problems = self.cluster.down()
         self.cluster, self.nodes = None, []
         return problems
-
-    def _start_server(self) -> None:
-        """The fork server, in this host's namespace (each worker enters its node's)."""
-        self._server = RunState.create()
-        self._server.update(meta={"kind": "fork server"})
-        directory = os.path.join(tempfile.gettempdir(), f"gct-{self._server.run_id}-server")
-        self._server.add("dir", name=directory)
-        os.makedirs(directory, mode=0o700)
-        sock, log = os.path.join(directory, "fork.sock"), os.path.join(directory, "fork.log")
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", sock], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=out, start_new_session=True, text=True)
-        self._server.add("process", name="fork server", pid=proc.pid)
-        if proc.stdout.readline().strip() != forkserver.READY:
-            tail = read_text(log).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"the fork server did not start: {tail[0]}")
-        proc.stdout.close()
-        self.socket = sock
 
 
 @contextlib.contextmanager
@@ -178,7 +154,7 @@ class Lent:
         cell's own (zero: not the counts of the cells before it), or ``qdiscs``."""
         if qdiscs is None:
             qdiscs = _since(self._before["qdiscs"], self._before["qdiscs"])
-        return {**self.kept.cluster.shaped.describe(qdiscs),
+        return {**self.kept.cluster.shaped.describe(qdiscs), "workers": "forked",
                 "kept_network": {"ledger": self.kept.cluster.state.run_id, "cell": self.kept.cells}}
 
     def final_counters(self) -> dict:
@@ -189,11 +165,9 @@ class Lent:
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU share."""
-        if argv[1:3] != ["-m", "gctestbed.worker"]:
-            raise ValueError(f"a kept network forks only gctestbed's worker, not {argv}")
         env = {**os.environ, **(extra_env or {}), **self.kept.cluster.shaped.node_env(node)}
-        proc = forkserver.Forked(self.kept.socket, argv[3:], env, log_path, netns=node.name,
-                                 cgroup=self.kept.cluster.cgroups.get(node.rank))
+        proc = self.kept.server.fork(argv, env, log_path, node.name, self.kept.cluster.cgroups.get(node.rank),
+                                     kernels=self.spec.kernels == "native")    # resolved: this process has them
         self.state.add("process", name=node.name, pid=proc.pid)
         return proc
 

@@ -1,7 +1,9 @@
 """The embedded default launcher: every node is a network namespace on this host.
 
 Needs root and nothing else: no images, no daemons. The network is the run's topology (a star
-unless a topology file says otherwise), built by net/topology.py through launch.network.
+unless a topology file says otherwise), built by net/topology.py through launch.network. Given a
+fork server (launch/forkserver.py), gctestbed's worker is forked from it into each node; any other
+program (a user's) starts as a process of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 from ..net import namespaces
 from ..spec import RunSpec, UserError
 from . import cpushare
+from .forkserver import Server
 from .network import Shaped
 from .protocol import Node
 from .state import RunState
@@ -27,8 +30,8 @@ class NetnsCluster:
 
     launcher = "netns"
 
-    def __init__(self, spec: RunSpec, state: RunState):
-        self.spec, self.state = spec, state
+    def __init__(self, spec: RunSpec, state: RunState, server: Server | None = None):
+        self.spec, self.state, self.server = spec, state, server
         self.shaped = Shaped(spec, state)
         self.cgroups: dict[int, str] = {}        # rank -> its cgroup, with --cpus-per-node
 
@@ -58,17 +61,22 @@ class NetnsCluster:
         self.shaped.fault(rank, kind, active, pct)
 
     def describe(self) -> dict:
-        return self.shaped.describe()
+        return {**self.shaped.describe(), "workers": "forked" if self.server is not None else "interpreters"}
 
     def final_counters(self) -> dict:
         shares = {str(rank): cpushare.stats(path) for rank, path in self.cgroups.items()}
         return {**self.shaped.final_counters(), **({"cpu_shares": shares} if shares else {})}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start ``argv`` inside the node's namespace with the node environment."""
+        """Start ``argv`` inside the node's namespace with the node environment: forked by the
+        fork server where there is one (then ``argv`` must be our worker's)."""
         env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
+        group = self.cgroups.get(node.rank)
+        if self.server is not None:
+            proc = self.server.fork(argv, env, log_path, node.name, group, kernels=self.spec.kernels == "native")
+            self.state.add("process", name=node.name, pid=proc.pid)
+            return proc
         with open(log_path, "ab") as log:
-            group = self.cgroups.get(node.rank)
             proc = namespaces.popen(node.name, argv, then=group and functools.partial(cpushare.join, group), env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.state.add("process", name=node.name, pid=proc.pid)

@@ -75,9 +75,9 @@ class RunState:
         return state
 
     def update(self, **fields) -> None:
-        """Set ledger fields (``persistent``, ``meta``) and write them out."""
+        """Set ledger fields (``persistent``, ``meta``, ``results_db``) and write them out."""
         for key, value in fields.items():
-            if key not in ("persistent", "meta"):
+            if key not in ("persistent", "meta", "results_db"):
                 raise KeyError(key)
             setattr(self, key, value)
         self._write()

@@ -120,6 +120,12 @@ def test_a_read_only_results_directory_is_refused_before_anything_is_built(tmp_p
     errors = [line for line in result.stderr.splitlines() if line.startswith("gctestbed:")]
     assert len(errors) == 1 and "not writable" in errors[0], result.stderr
     assert not os.listdir(state_dir) if state_dir.exists() else True     # no ledger: nothing was built
+    # nor was one made and undone: the command's early start (a ledger and a fork server) saw the
+    # directory could not be written and started nothing
+    from gctestbed import runner
+    with runner.early_start("netns", (), str(tmp_path / "ro" / "r")) as early:
+        assert early is None
+    assert not os.listdir(state_dir) if state_dir.exists() else True
 
 
 def _hold_lock(path: str, seconds: float) -> subprocess.Popen:
