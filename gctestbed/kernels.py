@@ -1,9 +1,10 @@
 """Native code of gctestbed, built on first use with torch.utils.cpp_extension (ninja) and cached.
 
 Sources ship inside the package (``gctestbed/native/``), so an installed gctestbed builds them as
-a source tree does. A build is redone only
-when a source changes (cpp_extension hashes them), and concurrent builds of the same target
-wait for each other on cpp_extension's lock.
+a source tree does. Each build directory is named for the sources' content, and the build reads a
+copy of them kept there: cpp_extension rebuilds whenever the sources' paths change, so without the
+copy every checkout, clone or installed wheel of the same sources would build them again (about
+30 s here). Concurrent builds of the same target wait for each other on cpp_extension's lock.
 
 Two kinds of native code: standalone programs (the delay line) and the compressor kernels,
 which register ``torch.ops.gctestbed.*`` (native/bindings.cpp). The kernels choose CPU or CUDA
@@ -46,6 +47,30 @@ def _check_sources(name: str, paths: list[Path]) -> None:
         raise UserError(f"the sources of {name} are missing ({', '.join(missing)}): reinstall gctestbed (pip install --force-reinstall gctestbed): its package data is incomplete.")
 
 
+SOURCE_SUFFIXES = (".cpp", ".h", ".cu", ".cuh")
+
+
+def staged(name: str, relative: list[str], cpu: bool) -> tuple[Path, list[Path]]:
+    """The build directory of ``name`` for the native sources' content (and, with ``cpu``, this
+    CPU's features: -march=native), and the paths of ``relative`` (under native/) in the copy of
+    every source kept there, so one content is built once whichever copy of gctestbed asks."""
+    import hashlib
+    files = sorted(p for p in SOURCE_DIR.rglob("*") if p.suffix in SOURCE_SUFFIXES)
+    contents = {p.relative_to(SOURCE_DIR).as_posix(): p.read_bytes() for p in files}
+    digest = hashlib.sha1()
+    for rel, data in contents.items():
+        digest.update(rel.encode() + b"\0" + hashlib.sha1(data).digest())
+    directory = build_dir() / "-".join([name, *([cpu_signature()] if cpu else []), digest.hexdigest()[:12]])
+    for rel, data in contents.items():
+        target = directory / "src" / rel
+        if not target.exists() or target.read_bytes() != data:     # unchanged copies keep their times: no rebuild
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+    return directory, [directory / "src" / r for r in relative]
+
+
 def _check_compiler(name: str) -> None:
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         raise UserError(f"building {name} needs a C++ compiler: install g++ (apt-get install g++).")
@@ -60,13 +85,11 @@ def _first_error(log: str) -> str:
 
 def executable(name: str, sources: list[str]) -> str:
     """Path of the standalone program ``name`` built from ``sources`` (relative to native/)."""
-    paths = [SOURCE_DIR / s for s in sources]
-    _check_sources(name, paths)
+    _check_sources(name, [SOURCE_DIR / s for s in sources])
     _check_compiler(name)
     from torch.utils import cpp_extension
 
-    directory = build_dir() / name
-    directory.mkdir(parents=True, exist_ok=True)
+    directory, paths = staged(name, sources, cpu=False)
     try:
         return cpp_extension.load(name=name, sources=[str(p) for p in paths], build_directory=str(directory),
                                   extra_cflags=["-O2", "-std=c++17"], extra_ldflags=["-Wl,--as-needed"],
@@ -118,14 +141,12 @@ def build(verbose: bool = False) -> Any:
         return _ops
     cuda = cuda_build_possible()
     name = ("gctestbed_ops_cuda" if cuda else "gctestbed_ops")
-    directory = build_dir() / f"{name}-{cpu_signature()}"
-    paths = sources(cuda)
-    _check_sources(name, paths)
+    _check_sources(name, sources(cuda))
     _check_compiler(name)
     import torch
     from torch.utils import cpp_extension
 
-    directory.mkdir(parents=True, exist_ok=True)
+    directory, paths = staged(name, [p.relative_to(SOURCE_DIR).as_posix() for p in sources(cuda)], cpu=True)
     try:
         cpp_extension.load(name=name, sources=[str(p) for p in paths], build_directory=str(directory),
                            extra_cflags=CFLAGS + (["-DGCTESTBED_WITH_CUDA"] if cuda else []), extra_ldflags=["-fopenmp"],

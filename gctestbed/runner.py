@@ -95,8 +95,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     if spec.backend == "nccl":
         import torch
         nodeenv.check_nccl(spec.nodes, torch.cuda.device_count())
-    if early is not None:
-        early.taken = True
+    if early is not None:            # taken over (early.taken) first thing in the try below
         state = early.state
         state.update(results_db=results.db_path(spec.results_dir))
     else:
@@ -108,6 +107,8 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     laps, phases = Laps(), {}         # where the run's wall time went (see results.RunSummary.phases)
     host = hostcpu.Sampler()          # the host's CPU while the steps go (the nodes run on this host)
     try:
+        if early is not None:
+            early.taken = True
         with signals_raise():
             server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
             if launcher is NetnsCluster and not spec.command and not lent and not fresh:   # once for every node

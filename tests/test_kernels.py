@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -389,6 +390,29 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path):
     warnings = [line for line in done.stderr.splitlines() if "native kernels unavailable" in line]
     assert len(warnings) == 1, done.stderr
     assert "install g++" in warnings[0]
+
+
+def test_the_same_sources_elsewhere_load_the_build_there_is(ops, tmp_path, monkeypatch):
+    """The kernels' build is named for the sources' content, not their place: the same sources
+    copied elsewhere (another checkout, a CI clone, an installed wheel) load the build there is,
+    and nothing is compiled or linked again (the library's modification time, which the file
+    system keeps, is unchanged); one byte changed names another build directory."""
+    name = "gctestbed_ops_cuda" if kernels._with_cuda else "gctestbed_ops"
+    directory, _ = kernels.staged(name, [], cpu=True)
+    library = directory / f"{name}.so"
+    before = library.stat().st_mtime_ns
+    copy = tmp_path / "native"
+    shutil.copytree(kernels.SOURCE_DIR, copy)
+    code = ("import sys; from pathlib import Path; from gctestbed import kernels\n"
+            "kernels.SOURCE_DIR = Path(sys.argv[1]); kernels.build(); print('loaded')")
+    done = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "loaded" in done.stdout, done.stderr[-2000:]
+    assert library.stat().st_mtime_ns == before
+    header = copy / "cpu" / "common.h"
+    header.write_text(header.read_text() + "\n// one more line\n")
+    monkeypatch.setattr(kernels, "SOURCE_DIR", copy)
+    monkeypatch.setenv("GCTESTBED_BUILD_DIR", str(tmp_path / "build"))     # its copy is written there, not in the cache
+    assert kernels.staged(name, [], cpu=True)[0].name != directory.name
 
 
 def test_kernels_build_and_bench_commands(ops):

@@ -136,8 +136,10 @@ def _child(request: dict) -> None:
         if request.get("cgroup"):
             from . import cpushare
             cpushare.join(request["cgroup"])
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)   # as a fresh interpreter has it: a write to a dead peer
+                                                        # is an error the worker reports, not a death by signal
         signal.set_wakeup_fd(-1)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -182,13 +184,13 @@ def _load_kernels(conn: socket.socket) -> None:
 
 
 def serve(socket_path: str) -> None:
+    parent = os.getppid()         # before the imports: a parent that dies during them is seen after
     import torch  # noqa: F401 - imported once here, inherited by every worker
     import torch._dynamo  # noqa: F401 - DDP's constructor imports it lazily: 1.4 s of CPU per worker otherwise
     from .. import compress, optimizers, workloads, worker  # noqa: F401 - likewise
     from ..comm import local, ps, server  # noqa: F401
     from ..net import namespaces  # noqa: F401
     from . import cpushare  # noqa: F401
-    parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

@@ -67,8 +67,12 @@ class KeptNetwork:
         """The nodes, with the links of ``spec``: re-shaped when it fits, else built anew."""
         if self.server is None:                 # first: it imports while the network is built
             state = RunState.create()
-            state.update(meta={"kind": "fork server"})
-            self.server = forkserver.Server(state)
+            try:
+                state.update(meta={"kind": "fork server"})
+                self.server = forkserver.Server(state)
+            except BaseException:
+                state.undo()
+                raise
         reshaped = False
         if self.fits(spec):
             try:
@@ -144,6 +148,7 @@ class Lent:
         return nodes
 
     def calibrate(self):
+        self.kept.server.ready()      # its imports done: they would take the cores the probes measure with
         return self.kept.cluster.calibrate()
 
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:

@@ -55,6 +55,8 @@ class NetnsCluster:
         return nodes
 
     def calibrate(self):
+        if self.server is not None:   # its imports done: they would take the cores the probes measure with
+            self.server.ready()
         return self.shaped.calibrate()
 
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
