@@ -60,12 +60,12 @@ TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
 LAMBDA_GRID = [0.25 + LAMBDA_STEP * i for i in range(751)]
 VARIANTS = ("tail", "issue")
+BASELINE = "none"
 
 
 def one_lambda(lo: float, hi: float) -> bool:
     """Whether a range of λ on the grid is one λ (one step of the grid at most)."""
     return hi - lo <= LAMBDA_STEP + 1e-12
-BASELINE = "none"
 
 
 @dataclass

@@ -107,8 +107,8 @@ class Server:
         if self._ready:
             return
         if self._proc.stdout.readline().strip() != READY:
-            with open(self._log, errors="replace") as f:
-                tail = f.read().strip().splitlines()[-1:] or ["no output"]
+            from ..session import read_text
+            tail = read_text(self._log).strip().splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"the fork server did not start: {tail[0]}")
         self._proc.stdout.close()
         self._ready = True
