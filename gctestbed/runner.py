@@ -54,22 +54,30 @@ class Early:
     taken: bool = False
 
 
+def forks_workers(launcher: str, command: tuple | list) -> bool:
+    """Whether a run's nodes are forked from a fork server: gctestbed's own worker on namespace
+    nodes (a user's program, and a container, start interpreters of their own)."""
+    return launcher == "netns" and not command
+
+
 @contextlib.contextmanager
 def early_start(launcher: str, command: tuple | list, results_dir: str) -> Iterator[Early | None]:
-    """An ``Early`` for a run on namespace nodes of gctestbed's own worker (a user's program is
-    not forked), else None; None too where ``run`` would refuse before building anything: a user
-    without root, a results directory that cannot be written (looked at, not created: a store
-    full, locked or damaged is still found by ``run``, and then the early start is undone)."""
-    if launcher != "netns" or command or os.geteuid() != 0 or not _writable(results_dir):
+    """An ``Early`` where the run forks its nodes (``forks_workers``), else None; None too where
+    ``run`` would refuse before building anything: a user without root, a results directory that
+    cannot be written (looked at, not created: a store full, locked or damaged is still found by
+    ``run``, and then the early start is undone). SIGINT and SIGTERM raise Interrupted meanwhile,
+    so a command stopped while it reads its flags leaves nothing behind."""
+    if not forks_workers(launcher, command) or os.geteuid() != 0 or not _writable(results_dir):
         yield None
         return
-    state = ledger.RunState.create()
-    early = None
+    state = early = None
     try:
-        early = Early(state, Server(state))
-        yield early
+        with signals_raise():
+            state = ledger.RunState.create()
+            early = Early(state, Server(state))
+            yield early
     finally:
-        if early is None or not early.taken:
+        if state is not None and (early is None or not early.taken):
             with _signals_ignored():
                 state.undo()
 
@@ -111,7 +119,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             early.taken = True
         with signals_raise():
             server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
-            if launcher is NetnsCluster and not spec.command and not lent and not fresh:   # once for every node
+            if forks_workers(spec.launcher, spec.command) and not lent and not fresh:   # once for every node
                 server = early.server if early is not None else Server(state)   # first: it imports meanwhile
             spec = resolve(spec, state.run_id, on_phase)
             if lent:

@@ -51,34 +51,35 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
     in it installs --compressor and records each step (see docs/guide.md).
     """
-    with runner.early_start(launcher, command, results_dir) as early:     # the fork server imports while the flags are read
-        spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
-                                latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
-                                workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
-                                comm=comm, eval_every=eval_every, seed=seed,
-                                bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
-                                accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
-                                launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
-        why = trace_.untraceable(spec) if record_trace else None
-        if why:
-            raise SpecError(f"--record-trace cannot trace this run, because {why}: leave it out.")
-        console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
-                      f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
-                      f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
-                      + (f", dilated x{spec.dilate:g}" if spec.dilate != 1 else ""))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
-            task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
+    try:
+        with runner.early_start(launcher, command, results_dir) as early:     # the fork server imports while the flags are read
+            spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
+                                    latency_impl=latency_impl, topology_file=topology_file, compressor=compressor,
+                                    workload=workload, steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                                    comm=comm, eval_every=eval_every, seed=seed,
+                                    bucket_cap_mb=bucket_cap_mb, timeout=timeout, results_dir=results_dir, calibrate=calibrate,
+                                    accept_miss=accept_miss, kernels=kernel_mode, mode=mode, command=list(command),
+                                    launcher=launcher, faults=faults, cpus_per_node=cpus_per_node, replay=replay, dilate=dilate)
+            why = trace_.untraceable(spec) if record_trace else None
+            if why:
+                raise SpecError(f"--record-trace cannot trace this run, because {why}: leave it out.")
+            console.print(f"[bold]gctestbed[/] {spec.nodes} {spec.launcher} nodes, {format_rate(spec.link.bw_bps)}, "
+                          f"latency {format_duration(spec.link.latency_s)}, compressor {spec.compressor}, "
+                          f"{'command ' + ' '.join(spec.command) if spec.command else 'workload ' + spec.workload}, {spec.mode}"
+                          + (f", dilated x{spec.dilate:g}" if spec.dilate != 1 else ""))
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                          TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
+                task = bar.add_task("rank 0", total=spec.steps, info="starting nodes")
 
-            def progress(done: int, total: int, row: dict) -> None:
-                loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
-                bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
+                def progress(done: int, total: int, row: dict) -> None:
+                    loss_text = f"loss {row['loss']:.4f}  " if row["loss"] is not None else ""
+                    bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
-            try:
                 summary = runner.run(spec, progress, lambda text: bar.update(task, info=text), early=early)
-            except runner.Interrupted as e:
-                console.print(f"interrupted: run {e.run_id} torn down and recorded as failed")
-                sys.exit(130)
+    except runner.Interrupted as e:     # Ctrl-C or SIGTERM: in the run, or while the flags were read
+        console.print(f"interrupted: run {e.run_id} torn down and recorded as failed" if e.run_id
+                      else "interrupted before the run started: nothing was left behind")
+        sys.exit(130)
     print_summary(summary)
     if summary.status != "ok":
         click.echo(f"gctestbed: run {summary.run_id} failed: {summary.error}", err=True)
