@@ -991,7 +991,7 @@ def test_a_repeat_whose_lambda_is_not_identified_gives_no_lambda(tmp_path):
     assert set(m.detail["per_seed"]) == {1, 2} and set(m.detail["unidentified_seeds"]) == {3}
     assert m.value == pytest.approx(synthetic.LAMBDA, abs=0.011)
     alone = figures.model_lambda([r for r in rows if r.seed == 3])
-    assert alone.value is None and "not identified on any repeat: seed 3: every λ from 0.250 to" in alone.why
+    assert alone.value is None and "not identified on any repeat: seed 3: every λ the fit tries fits none's overlap cells as well" in alone.why
     one = figures.model_lambda([r for r in rows if r.seed in (1, 3)])
     assert set(one.detail["per_seed"]) == {1} and set(one.detail["unidentified_seeds"]) == {3}
     assert one.value == one.detail["per_seed"][1] and one.low == -float("inf")
@@ -1054,13 +1054,14 @@ def test_a_composite_figure_counts_the_runs_of_its_thinner_side():
 
 
 @pytest.mark.parametrize("lam_range, elsewhere, words", [
-    ((1.0, 1.0), True, "seed 7: λ 1.000 fits best; other λ apart from these fit as well"),
-    ((0.25, 0.255), False, "seed 7: best at the grid's edge, 0.250"),
-    ((0.25, 2.0), False, "seed 7: every λ from 0.250 to 2.000 fits none's overlap cells as well")])
+    ((1.0, 1.0), True, "seed 7: λ 1.000 fits none's overlap cells best; other λ apart from these fit as well"),
+    ((0.25, 0.255), False, "seed 7: best at the edge of the λ the fit tries (0.250), so the best may lie beyond"),
+    ((0.25, 2.0), False, "seed 7: every λ up to 2.000 fits none's overlap cells as well"),
+    ((0.5, 2.0), False, "seed 7: every λ from 0.500 to 2.000 fits none's overlap cells as well")])
 def test_the_claim_on_lambda_says_why_by_the_models_own_rule(monkeypatch, lam_range, elsewhere, words):
-    """The claim names each case the report's label does, by model.one_lambda (two grid steps at the
-    edge are one λ there; a single λ with ties apart is not the edge). Planted: the claim's own
-    'hi > lo' rule -> the second case reads as a range."""
+    """The claim names each case the report's label does (model.why_unidentified: two grid steps at
+    the edge are one λ there; a single λ with ties apart is not the edge). Planted: 'hi > lo' for
+    one_lambda's rule -> the second case reads as a range."""
     from gctestbed.analysis import model
     from gctestbed.claims import figures
     monkeypatch.setattr(model, "fit", lambda rows, variant="tail", **k: model.Fit(

@@ -68,6 +68,26 @@ def one_lambda(lo: float, hi: float) -> bool:
     return hi - lo <= LAMBDA_STEP + 1e-12
 
 
+def why_unidentified(lo: float, hi: float, ties_elsewhere: bool) -> str:
+    """Why λ fitted to the range [lo, hi] (``Fit.lam_range``) is not identified, in words: a range
+    that fits none's overlap cells equally well, or one λ at the edge of the grid, or one λ with
+    others apart from it fitting as well. What the report and the claims both say."""
+    elsewhere = "; other λ apart from these fit as well" if ties_elsewhere else ""
+    if one_lambda(lo, hi):
+        return (f"λ {lo:.3f} fits none's overlap cells best{elsewhere}" if elsewhere else
+                f"best at the edge of the λ the fit tries ({lo:.3f}), so the best may lie beyond")
+    edge, top = LAMBDA_GRID[0], LAMBDA_GRID[-1]
+    if lo <= edge and hi >= top:
+        where = "every λ the fit tries fits none's overlap cells as well"
+    elif lo <= edge:
+        where = f"every λ up to {hi:.3f} fits none's overlap cells as well"
+    elif hi >= top:
+        where = f"every λ from {lo:.3f} up fits none's overlap cells as well"
+    else:
+        where = f"every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well"
+    return where + elsewhere
+
+
 @dataclass
 class Phases:
     """The network-independent parts of a step for one method in one setting (seconds)."""

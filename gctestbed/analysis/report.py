@@ -71,26 +71,14 @@ def dilation_label(tested: list[dict]) -> str:
 
 def lambda_label(m: dict) -> str:
     """λ as fitted, or, where none's overlap cells fit a range of λ equally well (or best at the
-    grid's edge), as the choice it is."""
+    grid's edge), as the choice it is (model.why_unidentified)."""
     lo_hi = m.get("lambda_range")
     if m.get("lambda_identified", True) or not lo_hi:
         return f"λ {m['lambda']:.3f}"
     lo, hi = lo_hi
-    edge, top = model.LAMBDA_GRID[0], model.LAMBDA_GRID[-1]
-    elsewhere = "; other λ apart from these fit as well" if m.get("lambda_ties_elsewhere") else ""
-    if model.one_lambda(lo, hi) and not elsewhere:
-        return f"λ {m['lambda']:.3f} (not identified: best at the edge of the λ the fit tries, so the best may lie beyond)"
-    if model.one_lambda(lo, hi):
-        where = f"λ {lo:.3f} fits none's overlap cells best"
-    elif lo <= edge and hi >= top:
-        where = "every λ the fit tries fits none's overlap cells as well"
-    elif lo <= edge:
-        where = f"every λ up to {hi:.3f} fits none's overlap cells as well"
-    elif hi >= top:
-        where = f"every λ from {lo:.3f} up fits none's overlap cells as well"
-    else:
-        where = f"every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well"
-    return f"λ {m['lambda']:.3f} (not identified: {where}{elsewhere}; the one nearest 1 is taken)"
+    edge = model.one_lambda(lo, hi) and not m.get("lambda_ties_elsewhere")
+    return (f"λ {m['lambda']:.3f} (not identified: {model.why_unidentified(lo, hi, bool(m.get('lambda_ties_elsewhere')))}"
+            + (")" if edge else "; the one nearest 1 is taken)"))
 
 
 def pct(x: float | None) -> str:

@@ -367,15 +367,8 @@ def model_lambda(rows: list[Row]) -> Measure:
         ranges = {seed: r for seed, r in unidentified.items() if r}
         if not ranges:
             return Measure.missing("the model needs overlap cells of none to fit λ")
-
-        def why(seed: int, lo: float, hi: float) -> str:
-            """The same cases as report.lambda_label, by model.one_lambda's rule."""
-            more = "; other λ apart from these fit as well" if elsewhere[seed] else ""
-            if not model.one_lambda(lo, hi):
-                return f"seed {seed}: every λ from {lo:.3f} to {hi:.3f} fits none's overlap cells as well{more}"
-            return f"seed {seed}: λ {lo:.3f} fits best{more}" if more else f"seed {seed}: best at the grid's edge, {lo:.3f}"
         return Measure.missing("λ is not identified on any repeat: " + "; ".join(
-            why(seed, lo, hi) for seed, (lo, hi) in ranges.items()))
+            f"seed {seed}: {model.why_unidentified(lo, hi, elsewhere[seed])}" for seed, (lo, hi) in ranges.items()))
     detail = {"alpha_s": fit.alpha_s, "eta": fit.eta, "pooled": fit.lam, "per_seed": per_seed,
               **({"unidentified_seeds": unidentified} if unidentified else {})}
     if len(per_seed) < 2:
