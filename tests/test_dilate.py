@@ -362,6 +362,7 @@ def test_the_dilation_test_marks_a_cell_slower_than_at_its_highest_k(tmp_path):
     assert [t["run_id"] for t in out["dilation_test"]] == ["a", "b"] and out["host_bound"] == ["a"]
     report.write_cells_csv([got[k] for k in "abc"], str(tmp_path / "cells.csv"))
     with open(tmp_path / "cells.csv") as f:
-        assert [(c["host_bound"], c["dilation_paced"]) for c in csv.DictReader(f)] == [("0", "1"), ("0", "0"), ("0", "")]
+        assert [(c["host_bound"], c["dilation_paced"], c["paced"]) for c in csv.DictReader(f)] == [
+            ("0", "1", "1"), ("0", "0", "0"), ("0", "", "0")]
     assert "2 runs of cells measured at several K" in report.dilation_label(out["dilation_test"])
     assert "1 slower by more than 5%" in report.dilation_label(out["dilation_test"])

@@ -26,7 +26,7 @@ PROJECT_NODES = (8, 64, 256)
 PROJECT_BW = (1e9, 10e9, 100e9)
 CSV_FIELDS = ("run_id", "sweep", "repeat", "seed", "workload", "compressor", "nodes", "bw_bps", "latency_s", "batch_size", "mode",
               "step_s", "compute_s", "encode_s", "comm_s", "decode_s", "optim_s", "payload_bytes", "expected_tx_bytes",
-              "busbw_fraction", "final_loss", "dilate", "host_bound", "dilation_excess", "dilation_paced")
+              "busbw_fraction", "final_loss", "dilate", "host_bound", "dilation_excess", "dilation_paced", "paced")
 
 
 def fmt_bw(bps: float | None) -> str:
