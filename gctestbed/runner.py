@@ -54,10 +54,10 @@ class Early:
     taken: bool = False
 
 
-def forks_workers(launcher: str, command: tuple | list) -> bool:
+def forks_workers(launcher: type[Launcher], command: tuple | list) -> bool:
     """Whether a run's nodes are forked from a fork server: gctestbed's own worker on namespace
     nodes (a user's program, and a container, start interpreters of their own)."""
-    return launcher == "netns" and not command
+    return launcher is NetnsCluster and not command
 
 
 @contextlib.contextmanager
@@ -67,7 +67,7 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     cannot be written (looked at, not created: a store full, locked or damaged is still found by
     ``run``, and then the early start is undone). SIGINT and SIGTERM raise Interrupted meanwhile,
     so a command stopped while it reads its flags leaves nothing behind."""
-    if not forks_workers(launcher, command) or os.geteuid() != 0 or not _writable(results_dir):
+    if not forks_workers(launcher_class(launcher), command) or os.geteuid() != 0 or not _writable(results_dir):
         yield None
         return
     state = early = None
@@ -119,7 +119,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             early.taken = True
         with signals_raise():
             server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
-            if forks_workers(spec.launcher, spec.command) and not lent and not fresh:   # once for every node
+            if forks_workers(launcher, spec.command) and not lent and not fresh:   # once for every node
                 server = early.server if early is not None else Server(state)   # first: it imports meanwhile
             spec = resolve(spec, state.run_id, on_phase)
             if lent:
@@ -174,7 +174,12 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
 
 def cluster_class(spec: RunSpec) -> type[Launcher]:
     """The launcher a spec asks for."""
-    if spec.launcher == "docker":
+    return launcher_class(spec.launcher)
+
+
+def launcher_class(name: str) -> type[Launcher]:
+    """The launcher of a --launcher name."""
+    if name == "docker":
         from .launch.docker import DockerCluster
         return DockerCluster
     return NetnsCluster
