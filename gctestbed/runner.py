@@ -23,6 +23,7 @@ from .launch import state as ledger
 from .launch.faultplan import FaultPlan
 from .launch.forkserver import Server
 from .launch.kept import KeptNetwork
+from .launch import netns
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
 from .session import Session, read_text, resolve
@@ -54,10 +55,10 @@ class Early:
     taken: bool = False
 
 
-def forks_workers(launcher: type[Launcher], command: tuple | list) -> bool:
-    """Whether a run's nodes are forked from a fork server: gctestbed's own worker on namespace
-    nodes (a user's program, and a container, start interpreters of their own)."""
-    return launcher is NetnsCluster and not command
+def forks_workers(launcher: type[Launcher], command: tuple | list, device: str = "cpu") -> bool:
+    """Whether a run's nodes are forked from a fork server (``netns.forks_workers``) by a launcher
+    of that class (the server is NetnsCluster's)."""
+    return launcher is NetnsCluster and netns.forks_workers(command, device)
 
 
 @contextlib.contextmanager
@@ -119,7 +120,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             early.taken = True
         with signals_raise():
             server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
-            if forks_workers(launcher, spec.command) and not lent and not fresh:   # once for every node
+            if forks_workers(launcher, spec.command, spec.device) and not lent and not fresh:   # once for every node
                 server = early.server if early is not None else Server(state)   # first: it imports meanwhile
             spec = resolve(spec, state.run_id, on_phase)
             if lent:

@@ -53,15 +53,19 @@ def _run_row(results_dir, run_id):
 
 
 def test_same_spec_same_step_times_on_netns_and_docker(tmp_path, state_dir, node_image):
-    """The acceptance check: a 2-node spec at 100mbit, median step times within 15 %."""
-    medians = {}
+    """The acceptance check: a 2-node spec at 100mbit, median step times within 15 %; the record
+    says how each started its workers (forked on namespace nodes, an interpreter per container)."""
+    medians, workers = {}, {}
     for launcher in ("netns", "docker", "netns", "docker"):
         proc = gctestbed("run", "--launcher", launcher, "--nodes", "2", "--bw", "100mbit", "--workload", SMALL,
                          "--steps", "8", "--no-calibrate", "--results", str(tmp_path / launcher))
         assert proc.returncode == 0, proc.stderr
-        medians.setdefault(launcher, []).append(show(tmp_path / launcher)["median_step_s"])
+        s = show(tmp_path / launcher)
+        medians.setdefault(launcher, []).append(s["median_step_s"])
+        workers.setdefault(launcher, set()).add(s["environment"]["shaping"].get("workers"))
     netns, docker = statistics.median(medians["netns"]), statistics.median(medians["docker"])
     assert abs(docker / netns - 1) <= 0.15, medians
+    assert workers == {"netns": {"forked"}, "docker": {"interpreters"}}
 
 
 def test_a_failed_docker_run_leaves_nothing(tmp_path, state_dir, node_image):

@@ -269,6 +269,38 @@ def test_a_fork_servers_worker_reports_its_exit_like_popen(tmp_path):
         server.wait()
 
 
+@pytest.mark.root
+def test_a_fork_server_starts_under_a_temporary_directory_too_long_for_a_socket(tmp_path, state_dir, monkeypatch):
+    """A Unix socket's path holds 107 bytes: under a longer TMPDIR the server's directory goes to
+    /tmp, and it starts; its ledger removes it. Planted: the directory always under TMPDIR, which
+    failed every lone run there ("AF_UNIX path too long")."""
+    import tempfile
+    from gctestbed.launch import state as ledger
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    state = ledger.RunState.create()
+    try:
+        server = forkserver.Server(state)
+        server.ready()
+        assert len(os.fsencode(server.socket)) <= forkserver.SUN_PATH_MAX and server.socket.startswith("/tmp/gct-")
+    finally:
+        assert state.undo() == []
+    assert not os.path.exists(os.path.dirname(server.socket)) and not psutil.pid_exists(server._proc.pid)
+
+
+def test_cuda_workers_are_not_forked(tmp_path):
+    """The server's torch.cuda check (loading the native kernels) would leave CUDA unusable in its
+    forks: a CUDA run starts its nodes as interpreters, and a CUDA cell builds its own network.
+    Planted: the device left out of netns.forks_workers."""
+    from gctestbed.launch.kept import KeptNetwork
+    from gctestbed.launch.netns import NetnsCluster
+    cpu = flags.build_spec(results_dir=str(tmp_path))
+    cuda = cpu.replace(device="cuda")
+    assert runner.forks_workers(NetnsCluster, cpu.command, cpu.device) and KeptNetwork.takes(cpu)
+    assert not runner.forks_workers(NetnsCluster, cuda.command, cuda.device) and not KeptNetwork.takes(cuda)
+
+
 def _built(spec, impl: str) -> topology.Network:
     """A Network as topology.build describes one, without making it (fits reads only this)."""
     topo = spec.network()

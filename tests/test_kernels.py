@@ -395,18 +395,22 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path):
 def test_the_same_sources_elsewhere_load_the_build_there_is(ops, tmp_path, monkeypatch):
     """The kernels' build is named for the sources' content, not their place: the same sources
     copied elsewhere (another checkout, a CI clone, an installed wheel) load the build there is,
-    and nothing is compiled or linked again (the library's modification time, which the file
-    system keeps, is unchanged); one byte changed names another build directory."""
+    and nothing is compiled or linked again (no new build directory; the library's modification
+    time, which the file system keeps, is unchanged); one byte changed names another build
+    directory."""
     name = "gctestbed_ops_cuda" if kernels._with_cuda else "gctestbed_ops"
     directory, _ = kernels.staged(name, [], cpu=True)
     library = directory / f"{name}.so"
-    before = library.stat().st_mtime_ns
+    before, builds = library.stat().st_mtime_ns, sorted(p.name for p in directory.parent.iterdir())
     copy = tmp_path / "native"
     shutil.copytree(kernels.SOURCE_DIR, copy)
     code = ("import sys; from pathlib import Path; from gctestbed import kernels\n"
             "kernels.SOURCE_DIR = Path(sys.argv[1]); kernels.build(); print('loaded')")
     done = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "loaded" in done.stdout, done.stderr[-2000:]
+    # no build of its own beside this one (planted: the key taken from the sources' place, which
+    # built the copy into a new directory and left this library alone), and this one not rebuilt
+    assert sorted(p.name for p in directory.parent.iterdir()) == builds
     assert library.stat().st_mtime_ns == before
     header = copy / "cpu" / "common.h"
     header.write_text(header.read_text() + "\n// one more line\n")

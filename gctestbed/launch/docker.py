@@ -176,7 +176,7 @@ class DockerCluster:
         return {"launcher": "docker", "image": image.tag(self.gpu), "offline_image": self.offline}
 
     def describe(self) -> dict:
-        return {**self.shaped.describe(), **self._image()}
+        return {**self.shaped.describe(), **self._image(), "workers": "interpreters"}   # one per container
 
     def final_counters(self) -> dict:
         return {**self.shaped.final_counters(), **self._image()}

@@ -8,7 +8,9 @@ memory. A forked worker starts with those imports done and shares their pages wi
 and every other worker, but it is still a process of its own: its own process group, network
 namespace, cgroup, store connection, collectives and exit status, so a crash or a kill ends one
 node's worker and nothing else. The server never runs a tensor operation or a collective, so no
-thread pool or Gloo state is forked.
+Gloo state and no pool of torch's is forked; the one thread its imports start (OpenBLAS's server
+thread, by numpy) is not carried into a fork, as POSIX forks only the calling thread. CUDA
+workers are not forked (launch/netns.py's ``forks_workers``).
 
 ``python -m gctestbed.launch.forkserver SOCKET`` imports, listens on the Unix socket ``SOCKET``
 and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH,
@@ -83,6 +85,17 @@ class Forked:
             self._sock.close()
 
 
+SUN_PATH_MAX = 107      # bytes of a Unix socket's path, its terminating zero left out (sys/un.h's sun_path)
+
+
+def _socket_root(run_id: str) -> str:
+    """Where a server's directory goes: the temporary directory, or /tmp where the socket's path
+    there would be too long to bind (a long TMPDIR)."""
+    root = tempfile.gettempdir()
+    fits = len(os.fsencode(os.path.join(root, f"gct-{run_id}-server", "fork.sock"))) <= SUN_PATH_MAX
+    return root if fits else "/tmp"
+
+
 class Server:
     """A fork server started under ``state`` (a ledger: its process and its directory, named for
     the ledger so 'gctestbed clean' and a census by run id find it and its workers), not yet
@@ -90,7 +103,7 @@ class Server:
 
     def __init__(self, state):
         self.state, self.kernels = state, False     # kernels: whether it has loaded the native kernels
-        directory = os.path.join(tempfile.gettempdir(), f"gct-{state.run_id}-server")
+        directory = os.path.join(_socket_root(state.run_id), f"gct-{state.run_id}-server")
         state.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
         self.socket, self._log = os.path.join(directory, "fork.sock"), os.path.join(directory, "fork.log")
@@ -179,8 +192,11 @@ def load_kernels(socket_path: str) -> bool:
 
 def _load_kernels(conn: socket.socket) -> None:
     from .. import kernels
+    loaded = kernels.load("native") is not None
+    if not loaded:      # not inherited: a worker forked from here tries, and says why in its own log, as a fresh one does
+        kernels._failure = None
     with conn:
-        conn.sendall(json.dumps({"loaded": kernels.load("native") is not None}).encode() + b"\n")
+        conn.sendall(json.dumps({"loaded": loaded}).encode() + b"\n")
 
 
 def serve(socket_path: str) -> None:

@@ -4,7 +4,7 @@ for its own steps and calibration and not for building a network and starting in
 
 A cell fits when only its links differ (rates, delays: re-shaped in place) or nothing does. A
 cell with another node count, topology or CPU cap, or a change between some delay and none,
-replaces the kept network with one of its own; cells with faults, on docker or running a user's
+replaces the kept network with one of its own; cells with faults, on docker, on CUDA or running a user's
 program cannot use one at all and build theirs as a lone run does. Each cell is still a run of
 its own in the store, with its own ledger for its workers, which are forked fresh by the fork
 server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
@@ -26,7 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..net import delayline, topology
 from ..spec import RunSpec
-from . import cpushare, forkserver
+from . import cpushare, forkserver, netns
 from .netns import NetnsCluster
 from .protocol import Node
 from .state import RunState
@@ -48,8 +48,9 @@ class KeptNetwork:
 
     @staticmethod
     def takes(spec: RunSpec) -> bool:
-        """Whether a cell of ``spec`` can run on a kept network at all."""
-        return spec.launcher == "netns" and not spec.faults and not spec.command
+        """Whether a cell of ``spec`` can run on a kept network at all: namespace nodes without
+        faults, whose workers the kept fork server can fork."""
+        return spec.launcher == "netns" and not spec.faults and netns.forks_workers(spec.command, spec.device)
 
     def fits(self, spec: RunSpec) -> bool:
         """Whether the network built now serves ``spec`` once re-shaped."""

@@ -322,8 +322,10 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
     taken, or run on other hosts by ``gctestbed node``) is judged instead by the nodes' CPU times
     together against that share of the host's cores; a run whose samples cover too little of its
     measured steps (hostcpu.over) gets no host figure and no such fallback. The nodes'
-    shares are over each node's whole life (start-up included, which runs at about one CPU), so a
-    short run reads high rather than low. None when there is no figure."""
+    shares are over each node's whole life (start-up included, which runs at about one CPU where a
+    node starts an interpreter of its own: the environment's ``shaping.workers``; a forked node
+    starts with its imports done), so a short run reads high rather than low. None when there is
+    no figure."""
     shares = [(n["rank"], n["cpu_share"]) for n in cpu["nodes"] if n["cpu_share"] is not None]
     host, sampled = cpu.get("host"), cpu.get("host_sampled")
     if not shares and host is None:
