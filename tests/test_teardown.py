@@ -43,6 +43,22 @@ def test_kill_9_of_a_worker_fails_the_run_naming_the_node(tmp_path, state_dir):
     assert s["steps_recorded"] >= 3
 
 
+def test_kill_9_of_the_fork_server_fails_the_run_naming_it_not_a_signal(tmp_path, state_dir):
+    """The workers' fork server killed mid-run: the error says the server ended, not that a node
+    was killed by SIGKILL (which it was not: its worker is orphaned, and removed at teardown).
+    Planted: the server's end read as the worker's SIGKILL, as it was before."""
+    proc = start(*LONG, "--results", str(tmp_path))
+    ledger = wait_for_steps(tmp_path, 3)
+    server = next(o for o in ledger["objects"] if o["kind"] == "process" and o["name"] == "fork server")
+    os.kill(server["pid"], signal.SIGKILL)
+    _, err = finish(proc)
+    assert proc.returncode == 1, err
+    assert leftovers(ledger["run_id"]) == []
+    s = show(tmp_path, ledger["run_id"])
+    assert s["status"] == "failed" and "the fork server, which ended during the run" in s["error"], s["error"]
+    assert "killed by SIGKILL" not in s["error"]
+
+
 def test_clean_after_kill_9_of_gctestbed_itself(tmp_path, state_dir):
     proc = start(*LONG, "--results", str(tmp_path))
     ledger = wait_for_steps(tmp_path, 2)

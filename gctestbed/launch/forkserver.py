@@ -45,8 +45,10 @@ class Forked:
     def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str,
                  netns: str | None = None, cgroup: str | None = None):
         self.returncode: int | None = None
+        self.server_log: str | None = None      # set when the server itself went away: its log, for the run's error
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(socket_path)
+        self._log = os.path.join(os.path.dirname(socket_path), "fork.log")
         self._file = self._sock.makefile("rwb")
         request = {"argv": argv, "env": env, "log": log_path, "netns": netns, "cgroup": cgroup}
         self._file.write(json.dumps(request).encode() + b"\n")
@@ -71,7 +73,8 @@ class Forked:
 
     def _ended(self) -> None:
         reply = self._read()
-        # the server itself went away (killed): its worker is gone or orphaned, and either way lost
+        if "exit" not in reply:     # the server itself went away (killed): its worker is gone or orphaned, lost either way
+            self.server_log = self._log
         self.returncode = reply.get("exit", -signal.SIGKILL)
         self._close()
 
