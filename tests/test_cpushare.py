@@ -146,8 +146,10 @@ def test_cpus_per_node_holds_each_node_to_its_share(tmp_path, state_dir):
     assert all(0.15 < s < 0.28 for s in capped), capped   # 0.249-0.250 measured over the spin
     assert show(tmp_path / "r")["cpu"]["cpus_per_node"] == 0.25
 
-    proc = gctestbed("run", "--nodes", "2", "--no-calibrate", "--steps", "6", "--cpus-per-node", "0.3", "--workload",
-                     "mlp:width=256,depth=2", "--results", str(tmp_path / "w"))
+    # enough steps that they, not the start, fill the node's life: a forked worker's figures start
+    # at its fork, without torch's imports (6 steps of a 256-wide mlp read 0.08-0.15 on a fast host)
+    proc = gctestbed("run", "--nodes", "2", "--no-calibrate", "--steps", "20", "--cpus-per-node", "0.3", "--workload",
+                     "mlp:width=1024,depth=3", "--results", str(tmp_path / "w"))
     assert proc.returncode == 0, proc.stderr
     s = show(tmp_path / "w")
     for n in s["cpu"]["nodes"]:

@@ -136,7 +136,9 @@ def test_a_sweep_on_slurm_runs_each_cell_as_a_step_on_the_hosts_and_lands_in_its
     store = tmp_path / "results"
     args = [sys.executable, "-m", "gctestbed.cli", "sweep", "--launcher", "slurm", "--nodes", "2", "--bw", "50mbit,200mbit",
             "--compressor", "fp16", "--workload", "mlp:width=256,depth=2,input_dim=64", "--batch-size", "16",
-            "--steps", "3", "--calibrate", "all", "--results", str(store)]
+            "--steps", "3", "--calibrate", "all", "--accept-miss", "--results", str(store)]
+    # --accept-miss: the sweep's mechanics are tested here, not the hosts' rates (a fast Intel VM's suite
+    # once calibrated 174.4 Mbit/s of 200, which failed the cell)
     with slurm_cluster(2, tmp_path / "slurm") as (name, head_ns, env):
         hosts_ns = [n["netns"] for n in find(name).meta["nodes"][1:]]
         first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
