@@ -66,17 +66,17 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     """An ``Early`` where the run forks its nodes (``forks_workers``), else None; None too where
     ``run`` would refuse before building anything: a user without root, a results directory that
     cannot be written (looked at, not created: a store full, locked or damaged is still found by
-    ``run``, and then the early start is undone). SIGINT and SIGTERM raise Interrupted meanwhile,
-    so a command stopped while it reads its flags leaves nothing behind."""
+    ``run``, and then the early start is undone). A Ctrl-C meanwhile undoes it; a SIGTERM ends the
+    command without (a handler that raised there could be swallowed by torch's import: its run then
+    went ahead), and 'gctestbed clean' removes what it left."""
     if not forks_workers(launcher_class(launcher), command) or os.geteuid() != 0 or not _writable(results_dir):
         yield None
         return
     state = early = None
     try:
-        with signals_raise():
-            state = ledger.RunState.create()
-            early = Early(state, Server(state))
-            yield early
+        state = ledger.RunState.create()
+        early = Early(state, Server(state))
+        yield early
     finally:
         if state is not None and (early is None or not early.taken):
             with _signals_ignored():

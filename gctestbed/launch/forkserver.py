@@ -196,8 +196,6 @@ def load_kernels(socket_path: str) -> bool:
 def _load_kernels(conn: socket.socket) -> None:
     from .. import kernels
     loaded = kernels.load("native") is not None
-    if not loaded:      # not inherited: a worker forked from here tries, and says why in its own log, as a fresh one does
-        kernels._failure = None
     with conn:
         conn.sendall(json.dumps({"loaded": loaded}).encode() + b"\n")
 
