@@ -79,20 +79,42 @@ def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
         assert got == topology.TCP_CONGESTION_CONTROL == "cubic", got
 
 
-def test_a_lossy_path_is_calibrated_against_what_tcp_carries_through_its_loss(ledger):
+def test_a_lossy_path_is_calibrated_against_what_tcp_carries_through_its_loss(ledger, monkeypatch):
     """Through 0.5 % loss at a 10 ms round trip one cubic flow carries some 20 Mbit/s of a 1 Gbit/s
     link (its Reno-friendly window, Mathis et al. 1997), so that is the path's target; a flow that
     reached the shaped rate would mean the loss was not applied. The node's congestion control
-    matters: BBR ignores random loss and ran at the link's rate."""
+    matters: BBR ignores random loss and ran at the link's rate. The flow is timed until it should
+    have met 50 losses: timed for 1.5 s (some 12), 3 of 16 such paths missed by more than 25 %."""
     from gctestbed.net import calibrate
     topo = TopologySpec.star(2, LinkSpec(bw_bps=1_000_000_000, latency_s=0.005, loss_pct=0.5))
     net = build(ledger, topo)
-    for p in calibrate.calibrate(topo, net.nodes):
+    windows = []
+    flow = calibrate._iperf3
+    monkeypatch.setattr(calibrate, "_iperf3", lambda a, b, seconds, warmup_s: windows.append(seconds) or flow(a, b, seconds, warmup_s))
+    for p, window in zip(calibrate.calibrate(topo, net.nodes), windows, strict=True):
         # by hand: frames of 1514 bytes, 1.22 / sqrt(0.005) of them a round trip (cubic's own window is smaller here)
         mathis = 1514 * 8 * 1.22 / math.sqrt(0.005) / p.rtt_idle_s
         assert p.loss_limited and p.target_bps == pytest.approx(mathis, rel=0.01), (p.target_bps, mathis)
+        # by hand: 50 losses at 0.5 % of mathis / 1514 / 8 frames a second (some 5.9 s)
+        assert window == pytest.approx(50 / (mathis / (1514 * 8) * 0.005), rel=0.01), window
         assert p.wire_bps < 0.1 * 1_000_000_000, p.wire_bps          # the loss bites: far below the link
         assert p.miss is None, p.miss
+
+
+def test_an_idle_rtt_lifted_by_a_hiccup_is_probed_again_and_a_wrong_delay_still_misses(monkeypatch):
+    """A burst of late probes (the host's hiccup) does not fail a path whose next probes meet the
+    target; a path whose probes miss twice keeps the miss."""
+    from types import SimpleNamespace
+    from gctestbed.net import calibrate
+    node = SimpleNamespace(netns="n", address="a")
+    for batches, expected in [([[0.0125] * 10, [0.0101] * 20], 0.0101),     # hiccup, then on target
+                              ([[0.0125] * 10, [0.0124] * 20], 0.0124),     # a delay 2.4 ms long, twice
+                              ([[0.0103] * 10], 0.0103)]:                     # on target the first time
+        calls = iter(batches)
+        monkeypatch.setattr(measure, "rtt_s", lambda *a, count, **k: next(calls)[:count])
+        assert calibrate.idle_rtt(node, node, 0.010) == expected
+        assert next(calls, None) is None                                       # no probe more than needed
+    assert calibrate.rtt_misses(0.0124, 0.010) and not calibrate.rtt_misses(0.0109, 0.010)
 
 
 def test_teardown_leaves_nothing(state_dir):
