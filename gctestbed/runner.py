@@ -55,7 +55,7 @@ class Early:
     taken: bool = False
 
 
-def forks_workers(launcher: type[Launcher], command: tuple | list, device: str = "cpu") -> bool:
+def forks_workers(launcher: type[Launcher], command: tuple | list, device: str) -> bool:
     """Whether a run's nodes are forked from a fork server (``netns.forks_workers``) by a launcher
     of that class (the server is NetnsCluster's)."""
     return launcher is NetnsCluster and netns.forks_workers(command, device)
@@ -69,7 +69,8 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     ``run``, and then the early start is undone). A Ctrl-C meanwhile undoes it; a SIGTERM ends the
     command without (a handler that raised there could be swallowed by torch's import: its run then
     went ahead), and 'gctestbed clean' removes what it left."""
-    if not forks_workers(launcher_class(launcher), command) or os.geteuid() != 0 or not _writable(results_dir):
+    # the device is not read yet: a CUDA run leaves the early server unused, and it ends with the run's ledger
+    if not forks_workers(launcher_class(launcher), command, "cpu") or os.geteuid() != 0 or not _writable(results_dir):
         yield None
         return
     state = early = None

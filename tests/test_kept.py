@@ -106,11 +106,12 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     cells = [c for i, c in enumerate(sweep.plan(g)) if i in (0, 1, 3, 4)]
     assert [(c.params["latency"], c.params["bw"]) for c in cells] == [("5ms", "50mbit"), ("5ms", "200mbit"),
                                                                        ("20ms", "200mbit"), ("0", "50mbit")]
-    assert sweep.run(g, "s", cells)["failed"] == 0
+    counts = sweep.run(g, "s", cells)
     conn = results.connect(str(tmp_path))
     runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
     conn.close()
     summaries = [show(tmp_path, r) for r in runs]
+    assert counts["failed"] == 0, [(s["status"], s.get("error"), s.get("calibration")) for s in summaries if s["status"] != "ok"]
     for s in summaries:
         assert s["calibration"] and not s["calibration_missed"], s["calibration"]
     rtts = [min(c["rtt_idle_s"] for c in s["calibration"]) for s in summaries]
@@ -289,6 +290,36 @@ def test_a_fork_server_starts_under_a_temporary_directory_too_long_for_a_socket(
     assert not os.path.exists(os.path.dirname(server.socket)) and not psutil.pid_exists(server._proc.pid)
 
 
+@pytest.mark.root
+def test_a_kept_fork_server_killed_in_a_cell_is_replaced_for_the_next(tmp_path, state_dir):
+    """The sweep's fork server killed (SIGKILL) as its first cell ends: the next cell's workers are
+    forked by a new server, not refused by the dead one's socket. Planted: the dead server kept,
+    and the second cell failed with ConnectionRefusedError."""
+    from gctestbed.launch.state import load_all
+    g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["200mbit", "100mbit"],
+                         "compressor": ["none"], "mode": ["overlap"]},
+                   steps=2, calibrate="none", results_dir=str(tmp_path), keep=True)
+    killed = []
+
+    def kill_the_server(cell, summary):
+        if not killed:
+            (server,) = [o["pid"] for st in load_all() if st.meta.get("kind") == "fork server"
+                         for o in st.objects if o["kind"] == "process"]
+            os.kill(server, signal.SIGKILL)
+            killed.append(server)
+            deadline = time.monotonic() + 10          # dead by the next cell, as a server killed during a cell is
+            while psutil.Process(server).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+                time.sleep(0.02)
+    counts = sweep.run(g, "s", sweep.plan(g), on_done=kill_the_server)
+    conn = results.connect(str(tmp_path))
+    runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
+    conn.close()
+    summaries = [show(tmp_path, r) for r in runs]
+    assert killed and counts["failed"] == 0, [s.get("error") for s in summaries]
+    assert [s["environment"]["shaping"]["kept_network"]["cell"] for s in summaries] == [1, 2]    # the network kept
+    _no_ledgers(state_dir)
+
+
 def test_cuda_workers_are_not_forked(tmp_path):
     """The server's torch.cuda check (loading the native kernels) would leave CUDA unusable in its
     forks: a CUDA run starts its nodes as interpreters, and a CUDA cell builds its own network.
@@ -299,6 +330,31 @@ def test_cuda_workers_are_not_forked(tmp_path):
     cuda = cpu.replace(device="cuda")
     assert runner.forks_workers(NetnsCluster, cpu.command, cpu.device) and KeptNetwork.takes(cpu)
     assert not runner.forks_workers(NetnsCluster, cuda.command, cuda.device) and not KeptNetwork.takes(cuda)
+
+
+class _Built(Exception):
+    """What a test's NetnsCluster raises once it is made, with what it was given."""
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("device", ["cpu", "cuda"], ids=["a_cpu_run", "a_gpu_run"])   # not "cuda": the GPU marker
+def test_a_run_hands_its_namespace_nodes_a_fork_server_on_cpu_only(tmp_path, state_dir, monkeypatch, device):
+    """What runner.run itself gives the launcher, not the predicate alone: a CUDA run's
+    NetnsCluster is made without a fork server (its nodes start interpreters), a CPU run's with
+    one. Nothing is built: the launcher raises as it is made. Planted: runner.run's call without
+    the device (when the device had a default of cpu), which the predicate's test could not see."""
+    from gctestbed.launch.netns import NetnsCluster
+    given = []
+
+    def made(self, spec, state, server=None):
+        given.append(server)
+        raise _Built()
+    monkeypatch.setattr(NetnsCluster, "__init__", made)
+    spec = flags.build_spec(results_dir=str(tmp_path), calibrate=False).replace(device=device)
+    with pytest.raises(_Built):
+        runner.run(spec)
+    assert len(given) == 1 and (given[0] is None) == (device == "cuda"), given
+    _no_ledgers(state_dir)
 
 
 def _built(spec, impl: str) -> topology.Network:

@@ -117,6 +117,10 @@ class Server:
         state.add("process", name="fork server", pid=self._proc.pid)
         self._ready = False
 
+    def ended(self) -> bool:
+        """Whether the server's process has ended (killed, or failed to start)."""
+        return self._proc.poll() is not None
+
     def ready(self) -> None:
         """Wait until the server listens (its imports done); RuntimeError, with its log's last
         line, if it ended instead."""

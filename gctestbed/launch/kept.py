@@ -9,7 +9,8 @@ program cannot use one at all and build theirs as a lone run does. Each cell is 
 its own in the store, with its own ledger for its workers, which are forked fresh by the fork
 server (launch/forkserver.py) into their nodes' namespaces and share nothing with the cells
 before them but imported code. The kept network and the fork server have ledgers of their own,
-owned by the sweep, so 'gctestbed clean' removes them if the sweep dies. Counters the kernel and
+owned by the sweep, so 'gctestbed clean' removes them if the sweep dies; a fork server that ended
+during a cell (that cell failed, saying so) is replaced at the next. Counters the kernel and
 the delay line keep (qdiscs, throttling) run on across cells: what a cell records of them, at its
 start and at its end, is the difference over its own run (zero at its start). The delay line's
 generators restart from the cell's seed when it is re-shaped, so a cell draws the delays a network
@@ -66,6 +67,11 @@ class KeptNetwork:
 
     def prepare(self, spec: RunSpec) -> list[Node]:
         """The nodes, with the links of ``spec``: re-shaped when it fits, else built anew."""
+        if self.server is not None and self.server.ended():   # killed during a cell before: that cell failed
+            problems = self.server.state.undo()               # saying so; the next ones get a new server
+            self.server = None
+            if problems:
+                raise RuntimeError("the ended fork server of the cells before could not be removed: " + "; ".join(problems))
         if self.server is None:                 # first: it imports while the network is built
             state = RunState.create()
             try:

@@ -25,7 +25,7 @@ from .state import RunState
 __all__ = ["NetnsCluster", "Node"]
 
 
-def forks_workers(command: list | tuple, device: str = "cpu") -> bool:
+def forks_workers(command: list | tuple, device: str) -> bool:
     """Whether a run's nodes are forked from a fork server (NetnsCluster's, or a kept network's):
     gctestbed's own worker on CPU. A user's program starts interpreters of its own, and so does a
     CUDA worker: the server's torch.cuda check (on loading the native kernels) would leave CUDA
