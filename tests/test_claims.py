@@ -1056,6 +1056,7 @@ def test_a_composite_figure_counts_the_runs_of_its_thinner_side():
 @pytest.mark.parametrize("lam_range, elsewhere, words", [
     ((1.0, 1.0), True, "seed 7: λ 1.000 fits none's overlap cells best; other λ apart from these fit as well"),
     ((0.25, 0.255), False, "seed 7: best at the edge of the λ the fit tries (0.250), so the best may lie beyond"),
+    ((3.995, 4.0), False, "seed 7: best at the edge of the λ the fit tries (4.000), so the best may lie beyond"),
     ((0.25, 2.0), False, "seed 7: every λ up to 2.000 fits none's overlap cells as well"),
     ((0.5, 2.0), False, "seed 7: every λ from 0.500 to 2.000 fits none's overlap cells as well")])
 def test_the_claim_on_lambda_says_why_by_the_models_own_rule(monkeypatch, lam_range, elsewhere, words):

@@ -68,15 +68,22 @@ def one_lambda(lo: float, hi: float) -> bool:
     return hi - lo <= LAMBDA_STEP + 1e-12
 
 
+def at_edge(lo: float, hi: float, ties_elsewhere: bool) -> bool:
+    """Whether λ fitted to the range [lo, hi] is not identified only for lying at the grid's edge
+    (one λ, none apart from it as good), rather than for a tie the fit broke by a choice."""
+    return one_lambda(lo, hi) and not ties_elsewhere
+
+
 def why_unidentified(lo: float, hi: float, ties_elsewhere: bool) -> str:
     """Why λ fitted to the range [lo, hi] (``Fit.lam_range``) is not identified, in words: a range
     that fits none's overlap cells equally well, or one λ at the edge of the grid, or one λ with
     others apart from it fitting as well. What the report and the claims both say."""
     elsewhere = "; other λ apart from these fit as well" if ties_elsewhere else ""
-    if one_lambda(lo, hi):
-        return (f"λ {lo:.3f} fits none's overlap cells best{elsewhere}" if elsewhere else
-                f"best at the edge of the λ the fit tries ({lo:.3f}), so the best may lie beyond")
     edge, top = LAMBDA_GRID[0], LAMBDA_GRID[-1]
+    if at_edge(lo, hi, ties_elsewhere):
+        return f"best at the edge of the λ the fit tries ({top if hi >= top else edge:.3f}), so the best may lie beyond"
+    if one_lambda(lo, hi):
+        return f"λ {lo:.3f} fits none's overlap cells best{elsewhere}"
     if lo <= edge and hi >= top:
         where = "every λ the fit tries fits none's overlap cells as well"
     elif lo <= edge:

@@ -75,10 +75,9 @@ def lambda_label(m: dict) -> str:
     lo_hi = m.get("lambda_range")
     if m.get("lambda_identified", True) or not lo_hi:
         return f"λ {m['lambda']:.3f}"
-    lo, hi = lo_hi
-    edge = model.one_lambda(lo, hi) and not m.get("lambda_ties_elsewhere")
-    return (f"λ {m['lambda']:.3f} (not identified: {model.why_unidentified(lo, hi, bool(m.get('lambda_ties_elsewhere')))}"
-            + (")" if edge else "; the one nearest 1 is taken)"))
+    lo, hi, elsewhere = *lo_hi, bool(m.get("lambda_ties_elsewhere"))
+    return (f"λ {m['lambda']:.3f} (not identified: {model.why_unidentified(lo, hi, elsewhere)}"
+            + (")" if model.at_edge(lo, hi, elsewhere) else "; the one nearest 1 is taken)"))
 
 
 def pct(x: float | None) -> str:

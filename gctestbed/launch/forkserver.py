@@ -48,7 +48,7 @@ class Forked:
         self.server_log: str | None = None      # set when the server itself went away: its log, for the run's error
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(socket_path)
-        self._log = os.path.join(os.path.dirname(socket_path), "fork.log")
+        self._log = _log_beside(socket_path)
         self._file = self._sock.makefile("rwb")
         request = {"argv": argv, "env": env, "log": log_path, "netns": netns, "cgroup": cgroup}
         self._file.write(json.dumps(request).encode() + b"\n")
@@ -88,6 +88,11 @@ class Forked:
             self._sock.close()
 
 
+def _log_beside(socket_path: str) -> str:
+    """The server's log, in the directory of its socket."""
+    return os.path.join(os.path.dirname(socket_path), "fork.log")
+
+
 SUN_PATH_MAX = 107      # bytes of a Unix socket's path, its terminating zero left out (sys/un.h's sun_path)
 
 
@@ -109,7 +114,8 @@ class Server:
         directory = os.path.join(_socket_root(state.run_id), f"gct-{state.run_id}-server")
         state.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
-        self.socket, self._log = os.path.join(directory, "fork.sock"), os.path.join(directory, "fork.log")
+        self.socket = os.path.join(directory, "fork.sock")
+        self._log = _log_beside(self.socket)
         with open(self._log, "ab") as out:
             self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
