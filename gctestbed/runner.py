@@ -27,7 +27,7 @@ from .launch import netns
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node
 from .session import Session, read_text, resolve
-from .spec import SPEC_ENV, RunSpec, format_duration
+from .spec import SPEC_ENV, RunSpec, UserError, format_duration
 from .timing import Laps
 
 Progress = Callable[[int, int, dict], None]
@@ -69,8 +69,9 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     ``run``, and then the early start is undone). A Ctrl-C meanwhile undoes it; a SIGTERM ends the
     command without (a handler that raised there could be swallowed by torch's import: its run then
     went ahead), and 'gctestbed clean' removes what it left."""
+    cls = launcher_class(launcher)
     # the device is not read yet: a CUDA run leaves the early server unused, and it ends with the run's ledger
-    if not forks_workers(launcher_class(launcher), command, "cpu") or os.geteuid() != 0 or not _writable(results_dir):
+    if not forks_workers(cls, command, "cpu") or not _host_fits(cls) or not _writable(results_dir):
         yield None
         return
     state = early = None
@@ -82,6 +83,15 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
         if state is not None and (early is None or not early.taken):
             with _signals_ignored():
                 state.undo()
+
+
+def _host_fits(launcher: type[Launcher]) -> bool:
+    """Whether the launcher's own check of this host (root, for namespaces) passes."""
+    try:
+        launcher.check_host()
+    except UserError:
+        return False
+    return True
 
 
 def _writable(directory: str) -> bool:
