@@ -20,7 +20,6 @@ of its own would, whatever ran before it.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
@@ -176,12 +175,10 @@ class Lent:
                 **({"cpu_shares": since["cpu_shares"]} if since["cpu_shares"] else {})}
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
-        """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU share."""
-        env = {**os.environ, **(extra_env or {}), **self.kept.cluster.shaped.node_env(node)}
-        proc = self.kept.server.fork(argv, env, log_path, node.name, self.kept.cluster.cgroups.get(node.rank),
-                                     kernels=self.spec.kernels == "native")    # resolved: this process has them
-        self.state.add("process", name=node.name, pid=proc.pid)
-        return proc
+        """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU
+        share, as this cell's (its kernels resolved: this process has them)."""
+        return self.kept.cluster.fork(self.kept.server, self.state, node, argv, log_path, extra_env,
+                                      self.spec.kernels == "native")
 
     def down(self) -> list[str]:
         return self.state.undo()

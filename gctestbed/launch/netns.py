@@ -80,16 +80,23 @@ class NetnsCluster:
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``argv`` inside the node's namespace with the node environment: forked by the
         fork server where there is one (then ``argv`` must be our worker's)."""
+        if self.server is not None:
+            return self.fork(self.server, self.state, node, argv, log_path, extra_env, self.spec.kernels == "native")
         env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
         group = self.cgroups.get(node.rank)
-        if self.server is not None:
-            proc = self.server.fork(argv, env, log_path, node.name, group, kernels=self.spec.kernels == "native")
-            self.state.add("process", name=node.name, pid=proc.pid)
-            return proc
         with open(log_path, "ab") as log:
             proc = namespaces.popen(node.name, argv, then=group and functools.partial(cpushare.join, group), env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.state.add("process", name=node.name, pid=proc.pid)
+        return proc
+
+    def fork(self, server: Server, state: RunState, node: Node, argv: list[str], log_path: str,
+             extra_env: dict[str, str] | None, kernels: bool):
+        """Our worker forked by ``server`` into the node's namespace and CPU share, with the node
+        environment, and recorded in ``state`` (this network's ledger, or a kept network's cell's)."""
+        env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
+        proc = server.fork(argv, env, log_path, node.name, self.cgroups.get(node.rank), kernels=kernels)
+        state.add("process", name=node.name, pid=proc.pid)
         return proc
 
     @staticmethod
