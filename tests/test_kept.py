@@ -95,14 +95,17 @@ def test_cells_on_a_kept_network_train_and_count_as_cells_on_their_own(tmp_path,
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp_path, state_dir):
-    """Calibration (ping's RTT, a TCP stream's rate against the htb class) judges every cell's
-    link: a network not re-shaped between cells misses. Latency 0 has no delay line, so the
-    cell after it gets a network of its own. Four cells of the grid: 5ms at 50mbit, 5ms at 200mbit
-    (the rate re-shaped on the kept network), 20ms at 200mbit (the delay re-shaped), then latency 0
-    (a network of its own)."""
+    """Calibration (ping's RTT, a TCP stream's rate read from the htb class) measures every cell's
+    link: a network not re-shaped between cells would show the cell before's. Latency 0 has no
+    delay line, so the cell after it gets a network of its own. Four cells of the grid: 5ms at
+    50mbit, 5ms at 200mbit (the rate re-shaped on the kept network), 20ms at 200mbit (the delay
+    re-shaped), then latency 0 (a network of its own). Judged with margins that tell a re-shaped
+    link from one that was not, not by calibration's own tolerance (a miss is accepted): in CI on
+    a noisy VM host, one TCP stream at a 40 ms round trip reached 92-165 of the 200 Mbit/s in its
+    2.5 s, and idle RTTs rose by 1.7 ms, where calibration's own tests judge it."""
     g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["5ms", "20ms", "0"],
                          "bw": ["50mbit", "200mbit"], "compressor": ["none"], "mode": ["overlap"]},
-                   steps=1, calibrate="all", results_dir=str(tmp_path), keep=True)
+                   steps=1, calibrate="all", results_dir=str(tmp_path), keep=True, accept_miss=True)
     cells = [c for i, c in enumerate(sweep.plan(g)) if i in (0, 1, 3, 4)]
     assert [(c.params["latency"], c.params["bw"]) for c in cells] == [("5ms", "50mbit"), ("5ms", "200mbit"),
                                                                        ("20ms", "200mbit"), ("0", "50mbit")]
@@ -112,9 +115,12 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     conn.close()
     summaries = [show(tmp_path, r) for r in runs]
     assert counts["failed"] == 0, [(s["status"], s.get("error"), s.get("calibration")) for s in summaries if s["status"] != "ok"]
-    for s in summaries:
-        assert s["calibration"] and not s["calibration_missed"], s["calibration"]
+    assert all(len(s["calibration"]) == 2 for s in summaries), [s["calibration"] for s in summaries]
+    rates = [max(c["wire_bps"] for c in s["calibration"]) for s in summaries]
     rtts = [min(c["rtt_idle_s"] for c in s["calibration"]) for s in summaries]
+    assert rates[0] < 55e6 and rates[3] < 55e6, rates                     # the htb holds 50mbit ...
+    assert rates[1] > 80e6 and rates[2] > 80e6, rates                     # ... and was re-shaped to 200mbit
+    assert 0.009 < rtts[0] < 0.013 and rtts[3] < 0.003, rtts              # 5 ms each way; then no delay line
     assert rtts[2] > rtts[1] + 0.025                                    # 5 ms, then 20 ms each way, at 200mbit
     kept = [s["environment"]["shaping"]["kept_network"] for s in summaries]
     assert len({k["ledger"] for k in kept[:3]}) == 1 and [k["cell"] for k in kept[:3]] == [1, 2, 3]
