@@ -57,6 +57,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
     dist.all_gather_object(hosts, me, group=group)
     paths = []
     for src, dst in calibrate.pairs(world):
+        target_rtt = hosts[src][2] + hosts[dst][2]
         sink = None
         with contextlib.ExitStack() as receiving:
             if rank == dst:
@@ -68,7 +69,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
             if rank == src:
                 peer = hosts[dst][0]
                 try:
-                    idle = measure.median(_rtts(peer, 10, 0.02, first=True))
+                    idle = calibrate.idle_rtt(lambda n: _rtts(peer, n, 0.02, first=True), target_rtt)
                     wire, loaded = measure.send(None, peer, SECONDS, WARMUP_S, ifname, port=PORT,
                                                 probe_rtt=lambda: _rtts(peer, 10, SECONDS / 12, first=False))
                     sent = (idle, wire, measure.median(loaded))
@@ -84,7 +85,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
         if isinstance(both[src][0], str):
             raise SystemExit(f"gctestbed: calibration from {hosts[src][0]} to {hosts[dst][0]} failed: {both[src][0]}")
         idle, wire, loaded = both[src][0]
-        paths.append(calibrate.PathResult(src, dst, "builtin", hosts[src][1], hosts[src][2] + hosts[dst][2], wire,
+        paths.append(calibrate.PathResult(src, dst, "builtin", hosts[src][1], target_rtt, wire,
                                           both[dst][1], idle, loaded))
     return paths
 

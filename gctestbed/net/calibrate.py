@@ -9,7 +9,7 @@ emulator failing to lose. Throughput is measured with
 iperf3 when it is installed, else with the built-in TCP probe; either way the wire rate is read
 from the sender's htb counter over the steady part of the transfer, and RTT with UDP probes,
 idle and under that load (iputils ping when installed, else a UDP echo). An idle RTT that misses
-is probed once more (idle_rtt: a host's hiccup is brief, a wrong delay is not), and a lossy path's
+is probed 20 times more (idle_rtt: a host's hiccup is brief, a wrong delay is not), and a lossy path's
 flow is timed long enough to meet some 50 losses (lossy_seconds).
 """
 
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, fields
+from typing import Callable
 
 from ..spec import TopologySpec, series_loss_pct
 from . import measure, namespaces
@@ -127,7 +128,7 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
     for src, dst in pairs(len(nodes)):
         a, b = nodes[src], nodes[dst]
         rate, rtt = targets(topo, src, dst)
-        idle = idle_rtt(a, b, rtt)
+        idle = idle_rtt(lambda n: measure.rtt_s(a.netns, b.netns, b.address, count=n), rtt)
         loss = path_loss(topo, src, dst)
         # through loss, what the flow can carry at the round trip it meets (measured: the host adds its own)
         carried = loss_limited_bps(max(idle or rtt, rtt, 1e-4), loss) if loss > 0 else rate
@@ -143,14 +144,17 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
     return results
 
 
-def idle_rtt(a, b, target_s: float) -> float | None:
-    """The idle round trip a -> b: the median of 10 probes, or of 20 more when that median misses
-    ``target_s``. A host's hiccup (this VM's vCPU descheduled: timer wake-ups came up to 8 ms late,
-    in bursts) lifts a run of probes, and the delay line's frames with them; a delay set wrong
-    misses both times."""
-    idle = measure.median(measure.rtt_s(a.netns, b.netns, b.address, count=10))
+def idle_rtt(probe: Callable[[int], list[float]], target_s: float) -> float | None:
+    """The idle round trip of a path: the median of 10 probes, or, where that misses ``target_s``,
+    of those and 20 more (``probe(n)``: n round trips, in seconds). A host's hiccup (this VM's vCPU
+    descheduled: timer wake-ups came up to 8 ms late, in bursts) lifts a run of probes, and the
+    delay line's frames with them; a delay set wrong, or a host late for longer, lifts most of the
+    30 and still misses."""
+    rtts = probe(10)
+    idle = measure.median(rtts)
     if idle is None or rtt_misses(idle, target_s):
-        idle = measure.median(measure.rtt_s(a.netns, b.netns, b.address, count=20))
+        rtts = rtts + probe(20)
+        idle = measure.median(rtts)
     return idle
 
 
