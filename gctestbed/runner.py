@@ -70,7 +70,7 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     command without (a handler that raised there could be swallowed by torch's import: its run then
     went ahead), and 'gctestbed clean' removes what it left."""
     cls = launcher_class(launcher)
-    # the device is not read yet: a CUDA run leaves the early server unused, and it ends with the run's ledger
+    # the device is not read yet: a CUDA run stops the early server at its start
     if not forks_workers(cls, command, "cpu") or not _host_fits(cls) or not _writable(results_dir):
         yield None
         return
@@ -133,6 +133,8 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             server = None     # our worker on namespace nodes is forked by a fork server, which imports torch
             if forks_workers(launcher, spec.command, spec.device) and not lent and not fresh:   # once for every node
                 server = early.server if early is not None else Server(state)   # first: it imports meanwhile
+            elif early is not None:       # started before the flags were read (a CUDA run): its imports
+                early.server.stop()       # would take the cores calibration measures with
             spec = resolve(spec, state.run_id, on_phase)
             if lent:
                 cluster = kept.lend(spec, state)

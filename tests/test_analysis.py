@@ -88,7 +88,10 @@ def test_lambda_is_called_unidentified_where_communication_hides_the_compute(tmp
     assert "best at the edge" in label(0.25, 0.25) and "every λ the fit tries" in label(0.25, 4.0)
     assert label(3.995, 4.0).endswith("(not identified: best at the edge of the λ the fit tries (4.000), so the best may lie beyond)")
     assert "every λ from 0.500 up" in label(0.5, 4.0) and "every λ from 0.500 to 2.000" in label(0.5, 2.0)
-    assert "λ 1.000 fits none's overlap cells best; other λ apart from these fit as well" in label(1.0, 1.0, True)
+    assert label(1.0, 1.0, True).endswith("λ 1.000 fits none's overlap cells best; other λ apart from these fit as well;"
+                                          " the one nearest 1 is taken)")
+    assert label(0.5, 2.0).endswith("every λ from 0.500 to 2.000 fits none's overlap cells as well; the one nearest 1 is taken)")
+    assert model.at_edge(0.25, 0.25, False) and model.at_edge(3.995, 4.0, False) and not model.at_edge(1.0, 1.0, False)
 
 
 def test_a_miss_is_reported_with_a_reason(tmp_path):

@@ -296,34 +296,52 @@ def test_a_fork_server_starts_under_a_temporary_directory_too_long_for_a_socket(
     assert not os.path.exists(os.path.dirname(server.socket)) and not psutil.pid_exists(server._proc.pid)
 
 
-@pytest.mark.root
-def test_a_kept_fork_server_killed_in_a_cell_is_replaced_for_the_next(tmp_path, state_dir):
-    """The sweep's fork server killed (SIGKILL) as its first cell ends: the next cell's workers are
-    forked by a new server, not refused by the dead one's socket. Planted: the dead server kept,
-    and the second cell failed with ConnectionRefusedError."""
+def _kill_the_fork_server() -> None:
+    """SIGKILL the one kept fork server of this test's ledgers, and wait until it is dead."""
     from gctestbed.launch.state import load_all
+    (server,) = [o["pid"] for st in load_all() if st.meta.get("kind") == "fork server"
+                 for o in st.objects if o["kind"] == "process"]
+    os.kill(server, signal.SIGKILL)
+    deadline = time.monotonic() + 10          # dead by the time it is asked, as a server killed earlier is
+    while psutil.Process(server).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("when", ["after_the_first_cell", "after_the_second_cells_network"])
+def test_a_kept_fork_server_killed_between_cells_is_replaced(tmp_path, state_dir, monkeypatch, when):
+    """The sweep's fork server killed (SIGKILL) as its first cell ends, or once the second cell's
+    network is ready (before its workers are forked): the second cell's workers are forked by a
+    new server, not refused by the dead one's socket. Planted: the dead server kept (at the
+    network's preparation, or at the fork), and the second cell raised ConnectionRefusedError
+    out of the sweep."""
+    from gctestbed.launch.kept import KeptNetwork
     g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["200mbit", "100mbit"],
                          "compressor": ["none"], "mode": ["overlap"]},
                    steps=2, calibrate="none", results_dir=str(tmp_path), keep=True)
     killed = []
 
-    def kill_the_server(cell, summary):
-        if not killed:
-            (server,) = [o["pid"] for st in load_all() if st.meta.get("kind") == "fork server"
-                         for o in st.objects if o["kind"] == "process"]
-            os.kill(server, signal.SIGKILL)
-            killed.append(server)
-            deadline = time.monotonic() + 10          # dead by the next cell, as a server killed during a cell is
-            while psutil.Process(server).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
-                time.sleep(0.02)
-    counts = sweep.run(g, "s", sweep.plan(g), on_done=kill_the_server)
+    def after_cell(cell, summary):
+        if when == "after_the_first_cell" and not killed:
+            _kill_the_fork_server()
+            killed.append(cell)
+    prepare = KeptNetwork.prepare
+
+    def prepared(self, spec):
+        nodes = prepare(self, spec)
+        if when == "after_the_second_cells_network" and self.cells == 2:
+            _kill_the_fork_server()
+            killed.append(spec)
+        return nodes
+    monkeypatch.setattr(KeptNetwork, "prepare", prepared)
+    counts = sweep.run(g, "s", sweep.plan(g), on_done=after_cell)
     conn = results.connect(str(tmp_path))
     runs = [r["run_id"] for r in conn.execute("SELECT run_id FROM sweep_cells ORDER BY rowid")]
     conn.close()
     summaries = [show(tmp_path, r) for r in runs]
     assert killed and counts["failed"] == 0, [s.get("error") for s in summaries]
     assert [s["environment"]["shaping"]["kept_network"]["cell"] for s in summaries] == [1, 2]    # the network kept
-    _no_ledgers(state_dir)
+    assert [f for f in os.listdir(state_dir) if f.endswith(".json")] == []     # nothing of the sweep's left
 
 
 def test_cuda_workers_are_not_forked(tmp_path):
@@ -346,21 +364,27 @@ class _Built(Exception):
 @pytest.mark.parametrize("device", ["cpu", "cuda"], ids=["a_cpu_run", "a_gpu_run"])   # not "cuda": the GPU marker
 def test_a_run_hands_its_namespace_nodes_a_fork_server_on_cpu_only(tmp_path, state_dir, monkeypatch, device):
     """What runner.run itself gives the launcher, not the predicate alone: a CUDA run's
-    NetnsCluster is made without a fork server (its nodes start interpreters), a CPU run's with
-    one. Nothing is built: the launcher raises as it is made. Planted: runner.run's call without
-    the device (when the device had a default of cpu), which the predicate's test could not see."""
+    NetnsCluster is made without a fork server (its nodes start interpreters), and the server its
+    command started before reading the flags is stopped by then; a CPU run's is made with that
+    server. Nothing is built: the launcher raises as it is made. Planted: runner.run's call
+    without the device (when the device had a default of cpu), which the predicate's test could
+    not see; the early server left running."""
     from gctestbed.launch.netns import NetnsCluster
     given = []
 
     def made(self, spec, state, server=None):
-        given.append(server)
+        given.append((server, early.server.ended()))
         raise _Built()
     monkeypatch.setattr(NetnsCluster, "__init__", made)
     spec = flags.build_spec(results_dir=str(tmp_path), calibrate=False).replace(device=device)
-    with pytest.raises(_Built):
-        runner.run(spec)
-    assert len(given) == 1 and (given[0] is None) == (device == "cuda"), given
-    _no_ledgers(state_dir)
+    with runner.early_start("netns", (), spec.results_dir) as early:
+        with pytest.raises(_Built):
+            runner.run(spec, early=early)
+    if device == "cuda":
+        assert given == [(None, True)], given
+    else:
+        assert given == [(early.server, False)], given
+    assert [f for f in os.listdir(state_dir) if f.endswith(".json")] == []     # the run's ledger undone
 
 
 def _built(spec, impl: str) -> topology.Network:

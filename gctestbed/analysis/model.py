@@ -69,9 +69,9 @@ def one_lambda(lo: float, hi: float) -> bool:
 
 
 def at_edge(lo: float, hi: float, ties_elsewhere: bool) -> bool:
-    """Whether λ fitted to the range [lo, hi] is not identified only for lying at the grid's edge
-    (one λ, none apart from it as good), rather than for a tie the fit broke by a choice."""
-    return one_lambda(lo, hi) and not ties_elsewhere
+    """Whether λ fitted to the range [lo, hi] is one λ (none apart from it as good) at the grid's
+    edge, where the best may lie beyond: not identified, though no tie was broken by a choice."""
+    return one_lambda(lo, hi) and not ties_elsewhere and (lo <= LAMBDA_GRID[0] or hi >= LAMBDA_GRID[-1])
 
 
 def why_unidentified(lo: float, hi: float, ties_elsewhere: bool) -> str:
@@ -136,7 +136,7 @@ class Fit:
         if self.lam_range is None:
             return False
         lo, hi = self.lam_range
-        return one_lambda(lo, hi) and LAMBDA_GRID[0] < lo and hi < LAMBDA_GRID[-1] and not self.lam_ties_elsewhere
+        return one_lambda(lo, hi) and not self.lam_ties_elsewhere and not at_edge(lo, hi, False)
 
     @property
     def median_error(self) -> float | None:

@@ -96,12 +96,11 @@ def _log_beside(socket_path: str) -> str:
 SUN_PATH_MAX = 107      # bytes of a Unix socket's path, its terminating zero left out (sys/un.h's sun_path)
 
 
-def _socket_root(run_id: str) -> str:
-    """Where a server's directory goes: the temporary directory, or /tmp where the socket's path
-    there would be too long to bind (a long TMPDIR)."""
-    root = tempfile.gettempdir()
-    fits = len(os.fsencode(os.path.join(root, f"gct-{run_id}-server", "fork.sock"))) <= SUN_PATH_MAX
-    return root if fits else "/tmp"
+def _socket_path(run_id: str, root: str | None = None) -> str:
+    """Where a server's socket goes, in a directory of its own: under the temporary directory, or
+    under /tmp where the path there would be too long to bind (a long TMPDIR)."""
+    path = os.path.join(root or tempfile.gettempdir(), f"gct-{run_id}-server", "fork.sock")
+    return path if root or len(os.fsencode(path)) <= SUN_PATH_MAX else _socket_path(run_id, "/tmp")
 
 
 class Server:
@@ -111,10 +110,10 @@ class Server:
 
     def __init__(self, state):
         self.state, self.kernels = state, False     # kernels: whether it has loaded the native kernels
-        directory = os.path.join(_socket_root(state.run_id), f"gct-{state.run_id}-server")
+        self.socket = _socket_path(state.run_id)
+        directory = os.path.dirname(self.socket)
         state.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
-        self.socket = os.path.join(directory, "fork.sock")
         self._log = _log_beside(self.socket)
         with open(self._log, "ab") as out:
             self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
@@ -122,6 +121,13 @@ class Server:
                                           start_new_session=True, text=True)
         state.add("process", name="fork server", pid=self._proc.pid)
         self._ready = False
+
+    def stop(self) -> None:
+        """End the server now (a run that forks nothing, whose command started it early); what its
+        ledger holds of it is still removed at the run's teardown."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
 
     def ended(self) -> bool:
         """Whether the server's process has ended (killed, or failed to start)."""

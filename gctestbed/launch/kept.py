@@ -66,19 +66,7 @@ class KeptNetwork:
 
     def prepare(self, spec: RunSpec) -> list[Node]:
         """The nodes, with the links of ``spec``: re-shaped when it fits, else built anew."""
-        if self.server is not None and self.server.ended():   # killed during a cell before: that cell failed
-            problems = self.server.state.undo()               # saying so; the next ones get a new server
-            self.server = None
-            if problems:
-                raise RuntimeError("the ended fork server of the cells before could not be removed: " + "; ".join(problems))
-        if self.server is None:                 # first: it imports while the network is built
-            state = RunState.create()
-            try:
-                state.update(meta={"kind": "fork server"})
-                self.server = forkserver.Server(state)
-            except BaseException:
-                state.undo()
-                raise
+        self.live_server()                      # first: it imports while the network is built
         reshaped = False
         if self.fits(spec):
             try:
@@ -97,6 +85,24 @@ class KeptNetwork:
             self.cells = 0
         self.cells += 1
         return self.nodes
+
+    def live_server(self) -> forkserver.Server:
+        """The fork server, started if there is none or if it ended (killed during a cell before,
+        which failed saying so, or since this cell's network was built): the next forks get a new one."""
+        if self.server is not None and self.server.ended():
+            problems = self.server.state.undo()
+            self.server = None
+            if problems:
+                raise RuntimeError("the ended fork server of the cells before could not be removed: " + "; ".join(problems))
+        if self.server is None:
+            state = RunState.create()
+            try:
+                state.update(meta={"kind": "fork server"})
+                self.server = forkserver.Server(state)
+            except BaseException:
+                state.undo()
+                raise
+        return self.server
 
     def counters(self) -> dict:
         """Everything that counts so far: qdiscs, the delay line, CPU shares."""
@@ -154,7 +160,7 @@ class Lent:
         return nodes
 
     def calibrate(self):
-        self.kept.server.ready()      # its imports done: they would take the cores the probes measure with
+        self.kept.live_server().ready()      # its imports done: they would take the cores the probes measure with
         return self.kept.cluster.calibrate()
 
     def fault(self, rank: int, kind: str, active: bool, pct: float = 0.0) -> None:
@@ -177,7 +183,7 @@ class Lent:
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU
         share, as this cell's (its kernels resolved: this process has them)."""
-        return self.kept.cluster.fork(self.kept.server, self.state, node, argv, log_path, extra_env,
+        return self.kept.cluster.fork(self.kept.live_server(), self.state, node, argv, log_path, extra_env,
                                       self.spec.kernels == "native")
 
     def down(self) -> list[str]:
