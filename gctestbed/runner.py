@@ -37,9 +37,10 @@ STALL_GRACE_S = 30      # beyond --timeout: no step from any node this long stop
 HUNG_GRACE_S = 3.0      # after a collective timed out, how long the other nodes get to fail too
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
     """The run was stopped by SIGINT or SIGTERM; the cluster has been torn down. ``run_id``: the
-    run's, once it had one."""
+    run's, once it had one. A BaseException, as KeyboardInterrupt is: a library's ``except
+    Exception`` (in an import, in a build) must not swallow it."""
 
     run_id: str | None = None
 
