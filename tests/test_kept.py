@@ -296,6 +296,26 @@ def test_a_fork_server_starts_under_a_temporary_directory_too_long_for_a_socket(
     assert not os.path.exists(os.path.dirname(server.socket)) and not psutil.pid_exists(server._proc.pid)
 
 
+@pytest.mark.root
+def test_a_fork_server_that_cannot_load_the_native_kernels_forks_no_worker(tmp_path, state_dir, monkeypatch):
+    """A server whose load of the native kernels fails (here: no build of them where it looks,
+    and no compiler to make one) would fork workers that run the pure-torch reference while the
+    run records native: the fork is refused, saying why. Planted: the failed load ignored, and
+    the worker was forked."""
+    from gctestbed.launch import state as ledger
+    monkeypatch.setenv("GCTESTBED_BUILD_DIR", str(tmp_path / "no-build"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    state = ledger.RunState.create()
+    try:
+        server = forkserver.Server(state)           # inherits the environment above
+        argv = [sys.executable, "-m", "gctestbed.worker", str(tmp_path / "spec.json")]
+        with pytest.raises(RuntimeError, match="could not load the native kernels this run has: .*unavailable"):
+            server.fork(argv, dict(os.environ), str(tmp_path / "w.log"), None, None, kernels=True)
+        assert not (tmp_path / "w.log").exists()      # no worker was forked
+    finally:
+        assert state.undo() == []
+
+
 def _kill_the_fork_server() -> None:
     """SIGKILL the one kept fork server of this test's ledgers, and wait until it is dead."""
     from gctestbed.launch.state import load_all

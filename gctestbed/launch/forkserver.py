@@ -139,11 +139,13 @@ class Server:
         if self._ready:
             return
         if self._proc.stdout.readline().strip() != READY:
-            from ..session import read_text
-            tail = read_text(self._log).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"the fork server did not start: {tail[0]}")
+            raise RuntimeError(f"the fork server did not start: {self._last_words()}")
         self._proc.stdout.close()
         self._ready = True
+
+    def _last_words(self) -> str:
+        from ..session import read_text
+        return (read_text(self._log).strip().splitlines()[-1:] or ["no output"])[0]
 
     def fork(self, argv: list[str], env: dict[str, str], log_path: str, netns: str | None, cgroup: str | None,
              kernels: bool) -> "Forked":
@@ -154,6 +156,9 @@ class Server:
         self.ready()
         if kernels and not self.kernels:
             self.kernels = load_kernels(self.socket)
+            if not self.kernels:           # its forks would run the torch reference while the run records native
+                raise RuntimeError(f"the fork server could not load the native kernels this run has: {self._last_words()} "
+                                   "(--kernels torch runs without them)")
         return Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
 
 
