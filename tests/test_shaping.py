@@ -127,6 +127,20 @@ def test_an_idle_rtt_lifted_by_a_hiccup_is_probed_again_and_a_wrong_delay_still_
     assert not calibrate.rtt_misses(0.0329, 0.030) and calibrate.rtt_misses(0.0331, 0.030)
 
 
+def test_a_paths_target_is_what_one_flow_carries_through_its_loss_timed_for_50_losses():
+    """By hand (Mathis et al.'s 1.2247 / sqrt(p) frames of 1514 bytes a round trip, the larger
+    window here): what a netns path and a host's path (launch/hostcal.py) are both held to."""
+    from gctestbed.net import calibrate
+    frames = 1.2247 / math.sqrt(0.005)                                 # 17.32 a round trip
+    target, lossy, window = calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5)
+    assert lossy and target == pytest.approx(frames * 1514 * 8 / 0.0102, rel=1e-3)           # 20.57 Mbit/s at the idle RTT
+    assert window == pytest.approx(50 / (frames / 0.0102 * 0.005), rel=1e-3)                # 5.89 s
+    assert calibrate.path_target(1_000_000_000, 0.010, 0.009, 0.005, 1.5)[0] == pytest.approx(frames * 1514 * 8 / 0.010, rel=1e-3)
+    assert calibrate.path_target(10_000_000, 0.010, 0.0102, 0.005, 1.5) == (10_000_000, False, 1.5)   # the rate binds
+    assert calibrate.path_target(1_000_000_000, 0.010, None, 0.0, 1.5) == (1_000_000_000, False, 1.5)
+    assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.001, 1.5)[2] == 8.0                   # capped: 3 losses
+
+
 def test_teardown_leaves_nothing(state_dir):
     from gctestbed.launch.state import RunState
 

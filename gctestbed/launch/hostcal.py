@@ -52,7 +52,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
     addr = nic.address(ifname)
     if addr is None:
         raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
-    me = (addr, spec.link.bw_bps, spec.link.latency_s)
+    me = (addr, spec.link.bw_bps, spec.link.latency_s, spec.link.loss_pct / 100)   # the host's egress: its data's loss
     hosts: list = [None] * world
     dist.all_gather_object(hosts, me, group=group)
     paths = []
@@ -70,9 +70,10 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
                 peer = hosts[dst][0]
                 try:
                     idle = calibrate.idle_rtt(lambda n: _rtts(peer, n, 0.02, first=True), target_rtt)
-                    wire, loaded = measure.send(None, peer, SECONDS, WARMUP_S, ifname, port=PORT,
-                                                probe_rtt=lambda: _rtts(peer, 10, SECONDS / 12, first=False))
-                    sent = (idle, wire, measure.median(loaded))
+                    target, lossy, window = calibrate.path_target(hosts[src][1], target_rtt, idle, hosts[src][3], SECONDS)
+                    wire, loaded = measure.send(None, peer, window, WARMUP_S, ifname, port=PORT,
+                                                probe_rtt=lambda: _rtts(peer, 10, window / 12, first=False))
+                    sent = (idle, wire, measure.median(loaded), target, lossy)
                 except OSError as e:            # the peer cannot be reached: every host says so, none hangs
                     sent = f"{type(e).__name__}: {e}"
             if sink:
@@ -84,9 +85,8 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
         dist.all_gather_object(both, (sent, goodput), group=group)
         if isinstance(both[src][0], str):
             raise SystemExit(f"gctestbed: calibration from {hosts[src][0]} to {hosts[dst][0]} failed: {both[src][0]}")
-        idle, wire, loaded = both[src][0]
-        paths.append(calibrate.PathResult(src, dst, "builtin", hosts[src][1], target_rtt, wire,
-                                          both[dst][1], idle, loaded))
+        idle, wire, loaded, target, lossy = both[src][0]
+        paths.append(calibrate.PathResult(src, dst, "builtin", target, target_rtt, wire, both[dst][1], idle, loaded, lossy))
     return paths
 
 

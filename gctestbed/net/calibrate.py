@@ -129,12 +129,7 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
         a, b = nodes[src], nodes[dst]
         rate, rtt = targets(topo, src, dst)
         idle = idle_rtt(lambda n: measure.rtt_s(a.netns, b.netns, b.address, count=n), rtt)
-        loss = path_loss(topo, src, dst)
-        # through loss, what the flow can carry at the round trip it meets (measured: the host adds its own)
-        carried = loss_limited_bps(max(idle or rtt, rtt, 1e-4), loss) if loss > 0 else rate
-        lossy = carried < rate
-        target = round(carried) if lossy else rate
-        window = lossy_seconds(carried, loss, seconds) if lossy else seconds
+        target, lossy, window = path_target(rate, rtt, idle, path_loss(topo, src, dst), seconds)
         if use_iperf:
             flow = _iperf3(a, b, window, warmup_s)
         else:
@@ -156,6 +151,17 @@ def idle_rtt(probe: Callable[[int], list[float]], target_s: float) -> float | No
         rtts = rtts + probe(20)
         idle = measure.median(rtts)
     return idle
+
+
+def path_target(rate_bps: int, rtt_s: float, idle_s: float | None, loss: float, seconds: float) -> tuple[int, bool, float]:
+    """(target rate, whether loss sets it, seconds to time the flow) of a path of bottleneck
+    ``rate_bps`` and round trip ``rtt_s`` (measured idle: ``idle_s``) that loses ``loss`` of its
+    packets: through loss, what one flow carries at the round trip it meets (the host adds its
+    own), timed for ``lossy_seconds``, where that is below the rate."""
+    carried = loss_limited_bps(max(idle_s or rtt_s, rtt_s, 1e-4), loss) if loss > 0 else rate_bps
+    if carried >= rate_bps:
+        return rate_bps, False, seconds
+    return round(carried), True, lossy_seconds(carried, loss, seconds)
 
 
 def lossy_seconds(carried_bps: float, loss: float, seconds: float) -> float:
