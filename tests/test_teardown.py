@@ -109,3 +109,17 @@ def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
     new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and any(o in " ".join(p.info["cmdline"] or []) for o in ours)]
     assert new == []
     assert s["environment"]["shaping"]["workers"] == "forked"
+
+
+def test_a_signal_in_a_run_is_not_swallowed_by_a_librarys_except_exception():
+    """runner.signals_raise turns SIGTERM into Interrupted, a BaseException as KeyboardInterrupt is:
+    an 'except Exception' in code the run calls (an import, a build) lets it through, and the run
+    is torn down. Planted: Interrupted an Exception, which that handler swallowed."""
+    from gctestbed import runner
+    with pytest.raises(runner.Interrupted):
+        with runner.signals_raise():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except Exception:  # noqa: BLE001 - what a library might do
+                pass

@@ -68,7 +68,7 @@ def down(name, force):
 @click.argument("name", required=False)
 @network_options
 @click.option("--seconds", default=3.0, show_default=True, help="Measured seconds per path (after a 1 s warm-up); a lossy path is measured "
-                   "until it should have met 50 losses, at most 8 s.")
+                   "until it should have met 50 losses, up to 8 s (or this, if longer).")
 @click.option("--tool", type=click.Choice(["auto", "iperf3", "builtin"]), default="auto", show_default=True,
               help="Throughput tool: iperf3 when installed, else the built-in TCP probe.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

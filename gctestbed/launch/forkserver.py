@@ -128,6 +128,7 @@ class Server:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
+        self._proc.stdout.close()
 
     def ended(self) -> bool:
         """Whether the server's process has ended (killed, or failed to start)."""
@@ -139,11 +140,12 @@ class Server:
         if self._ready:
             return
         if self._proc.stdout.readline().strip() != READY:
-            raise RuntimeError(f"the fork server did not start: {self._last_words()}")
+            raise RuntimeError(f"the fork server did not start: {self.last_words()}")
         self._proc.stdout.close()
         self._ready = True
 
-    def _last_words(self) -> str:
+    def last_words(self) -> str:
+        """The last line of the server's log."""
         from ..session import read_text
         return (read_text(self._log).strip().splitlines()[-1:] or ["no output"])[0]
 
@@ -157,7 +159,7 @@ class Server:
         if kernels and not self.kernels:
             self.kernels = load_kernels(self.socket)
             if not self.kernels:           # its forks would run the torch reference while the run records native
-                raise RuntimeError(f"the fork server could not load the native kernels this run has: {self._last_words()} "
+                raise RuntimeError(f"the fork server could not load the native kernels this run has: {self.last_words()} "
                                    "(--kernels torch runs without them)")
         return Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
 

@@ -153,6 +153,7 @@ class Lent:
     def __init__(self, kept: KeptNetwork, spec: RunSpec, state: RunState):
         self.kept, self.spec, self.state = kept, spec, state
         self._before: dict = {}
+        self._server: forkserver.Server | None = None       # the one this cell's nodes are forked from
 
     def up(self) -> list[Node]:
         nodes = self.kept.prepare(self.spec)
@@ -182,8 +183,14 @@ class Lent:
 
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU
-        share, as this cell's (its kernels resolved: this process has them)."""
-        return self.kept.cluster.fork(self.kept.live_server(), self.state, node, argv, log_path, extra_env,
+        share, as this cell's (its kernels resolved: this process has them). Every node of a cell
+        from one server: one that ended after forking some of them is not replaced (its log would
+        go with it), and the cell fails naming it."""
+        if self._server is None:
+            self._server = self.kept.live_server()
+        elif self._server.ended():
+            raise RuntimeError(f"the fork server ended while this cell's nodes were forked: {self._server.last_words()}")
+        return self.kept.cluster.fork(self._server, self.state, node, argv, log_path, extra_env,
                                       self.spec.kernels == "native")
 
     def down(self) -> list[str]:
