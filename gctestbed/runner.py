@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -34,6 +35,7 @@ Progress = Callable[[int, int, dict], None]
 Phase = Callable[[str], None]
 POLL_S = 0.25
 STALL_GRACE_S = 30      # beyond --timeout: no step from any node this long stops the run
+RESIGNAL_S = 0.05        # a signal that landed inside an import is sent again this much later
 HUNG_GRACE_S = 3.0      # after a collective timed out, how long the other nodes get to fail too
 
 
@@ -67,9 +69,10 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     """An ``Early`` where the run forks its nodes (``forks_workers``), else None; None too where
     ``run`` would refuse before building anything: a user without root, a results directory that
     cannot be written (looked at, not created: a store full, locked or damaged is still found by
-    ``run``, and then the early start is undone). A Ctrl-C meanwhile undoes it; a SIGTERM ends the
-    command without (a handler that raised there could be swallowed by torch's import: its run then
-    went ahead), and 'gctestbed clean' removes what it left."""
+    ``run``, and then the early start is undone). SIGINT and SIGTERM raise Interrupted meanwhile
+    (``signals_raise``), so a command stopped while it reads its flags undoes it. (Tried on 28
+    November while Interrupted was an Exception, torch's import swallowed it and the run went
+    ahead; a BaseException, as KeyboardInterrupt is, passes its ``except Exception``.)"""
     cls = launcher_class(launcher)
     # the device is not read yet: a CUDA run stops the early server at its start
     if not forks_workers(cls, command, "cpu") or not _host_fits(cls) or not _writable(results_dir):
@@ -77,9 +80,10 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
         return
     state = early = None
     try:
-        state = ledger.RunState.create()
-        early = Early(state, Server(state))
-        yield early
+        with signals_raise():
+            state = ledger.RunState.create()
+            early = Early(state, Server(state))
+            yield early
     finally:
         if state is not None and (early is None or not early.taken):
             with _signals_ignored():
@@ -110,6 +114,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     takes the spec; the run then owns only its workers. ``early``: the ledger and fork server the
     command line started (``early_start``). ``fresh``: every node starts an interpreter of its own
     instead of being forked (what 'bench scale --fresh-nodes' and an unkept sweep measure)."""
+    raise_deferred()
     launcher = cluster_class(spec)
     launcher.check_host()
     results.check_writable(spec.results_dir)        # a full, locked or damaged store stops us before anything is built
@@ -360,7 +365,10 @@ def signals_raise() -> Iterator[None]:
 
     Only in this process: pyroute2 forks helpers (to open sockets inside namespaces) and
     subprocess forks before exec; a signal there must end that child the default way, not unwind
-    a copy of this stack through our teardown.
+    a copy of this stack through our teardown. Nor inside an import: an extension's C init can
+    swallow what is raised there (torch._C's import of numpy did, and a run stopped while torch
+    imported went ahead, 4 of 25 timed signals), so the signal is sent again RESIGNAL_S later,
+    until it lands outside one.
     """
     owner = os.getpid()
 
@@ -369,13 +377,43 @@ def signals_raise() -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        raise Interrupted(signal.Signals(signum).name)
+        if _importing(frame):
+            _resends[signum] = resend = threading.Timer(RESIGNAL_S, os.kill, (owner, signum))
+            resend.daemon = True
+            resend.start()
+            return
+        raise_deferred(signum)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+_resends: dict[int, threading.Timer] = {}     # a signal that landed inside an import -> what sends it again
+
+
+def raise_deferred(signum: int | None = None) -> None:
+    """Raise Interrupted for ``signum``, or for a signal that landed inside an import and waits to
+    be sent again (none waiting: return), so that a run stopped while torch imported (its flags
+    read meanwhile) stops before it starts."""
+    if signum is None and not _resends:
+        return
+    for resend in _resends.values():
+        resend.cancel()
+    name = signal.Signals(signum or next(iter(_resends))).name
+    _resends.clear()
+    raise Interrupted(name)
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (under importlib's frames)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager

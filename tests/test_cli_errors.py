@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -66,6 +68,77 @@ def test_console_script_reports_errors_without_traceback(tmp_path, state_dir):
     assert proc.returncode == 2
     assert proc.stderr.startswith("gctestbed: bandwidth '1g'") and "Traceback" not in proc.stderr
     assert [n for n in os.listdir(state_dir) if n.endswith(".json")] == [] and leftovers() == []   # no ledger, no process
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("delay_s", [0.0, 0.15, 0.3])
+def test_a_command_stopped_while_it_reads_its_flags_leaves_nothing(tmp_path, state_dir, delay_s):
+    """SIGTERM after the early start (its ledger written) and ``delay_s`` more, while the command
+    imports torch to read its flags (some 1.5 s more here) and the fork server imports it too: the
+    fork server and the ledger are gone, exit 130, one line saying so, and no run went ahead.
+    Plants: early_start without signals_raise (the server outlives the command, exit -15); the
+    handler raising inside imports (torch._C's init swallowed it at 0.27-0.45 s: the run went ahead,
+    exit 0); no raise_deferred at the run's start (the run started, then was torn down)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gctestbed.cli", "run", "--nodes", "2", "--steps", "1",
+                             "--no-calibrate", "--results", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not [n for n in os.listdir(state_dir) if n.endswith(".json")]:
+            assert proc.poll() is None and time.monotonic() < deadline, "no early start was made"
+            time.sleep(0.01)
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted before the run started" in err and "Traceback" not in err, (proc.returncode, err)
+    assert not (tmp_path / "gctestbed.sqlite").exists()                # no run went ahead
+    assert [n for n in os.listdir(state_dir) if n.endswith(".json")] == [] and leftovers() == []
+
+
+@pytest.mark.parametrize("where", ["verify", "bench_scale", "run_flags"])
+def test_an_interruption_no_command_reports_exits_130_in_one_line(monkeypatch, tmp_path, where):
+    """Ctrl-C (KeyboardInterrupt) or a run's SIGTERM (runner.Interrupted) out of any command: one
+    line and 130, not a traceback (Interrupted) or click's "Aborted!" and 1 (KeyboardInterrupt).
+    Planted: the group without its handler (verify: a traceback, exit 1)."""
+    from gctestbed import flags, runner, verify
+    from gctestbed.bench import scale
+
+    def stop(*args, **kwargs):
+        raise (KeyboardInterrupt if where == "run_flags" else runner.Interrupted("SIGTERM"))
+    if where == "verify":
+        monkeypatch.setattr(verify, "run", stop)
+        args = ["verify", "--compressor", "fp16", "--results", str(tmp_path)]
+    elif where == "bench_scale":
+        monkeypatch.setattr(scale, "run", stop)
+        args = ["bench", "scale", "--nodes", "2", "--results", str(tmp_path)]
+    else:                                      # no early start (docker nodes): Ctrl-C while the flags are read
+        monkeypatch.setattr(flags, "build_spec", stop)
+        args = ["run", "--launcher", "docker", "--results", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130, (result.exit_code, result.output, result.exception)
+    assert result.output.strip() == "gctestbed: interrupted ('gctestbed clean' removes anything it left behind)", result.output
+
+
+def test_a_signal_as_the_run_ends_says_the_run_ended_and_how_it_is_recorded(monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM after runner.run returned, while the early start still holds its handler:
+    the run is done and recorded, so it is not said to have been stopped before it started (a
+    reviewer's case). Planted: the branch for it removed (it fails)."""
+    import contextlib
+    from types import SimpleNamespace
+    from gctestbed import runner
+
+    @contextlib.contextmanager
+    def early_start(*args):
+        yield None
+        raise runner.Interrupted("SIGINT")              # the signal, as the with ends
+    monkeypatch.setattr(runner, "early_start", early_start)
+    monkeypatch.setattr(runner, "run", lambda *a, **k: SimpleNamespace(run_id="abc123", status="ok"))
+    result = CliRunner().invoke(main, ["run", "--results", str(tmp_path)])
+    assert result.exit_code == 130, (result.output, result.exception)
+    assert "interrupted after run abc123 ended; it is recorded as ok" in result.output, result.output
 
 
 def test_the_in_process_helper_keeps_an_outer_time_limit():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import time
 
 import psutil
@@ -123,3 +124,22 @@ def test_a_signal_in_a_run_is_not_swallowed_by_a_librarys_except_exception():
                 time.sleep(5)
             except Exception:  # noqa: BLE001 - what a library might do
                 pass
+
+
+def test_a_signal_inside_an_import_is_sent_again_once_the_import_is_done(tmp_path, monkeypatch):
+    """An import's C init can swallow what a handler raises (torch._C importing numpy did: a run
+    stopped while torch imported went ahead), so a signal inside an import raises Interrupted only
+    once the import is done. A module that signals itself mid-body stands in for that import.
+    Planted: the handler raising inside imports (the module's body is cut short)."""
+    from gctestbed import runner
+    (tmp_path / "gct_signals_itself.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nFINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported = None
+    with pytest.raises(runner.Interrupted):
+        with runner.signals_raise():
+            import gct_signals_itself as imported
+            time.sleep(5)                        # the signal sent again lands here
+    assert imported is not None and imported.FINISHED
+    assert not runner._importing(sys._getframe())
+    del sys.modules["gct_signals_itself"]

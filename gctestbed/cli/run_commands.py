@@ -51,6 +51,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
     in it installs --compressor and records each step (see docs/guide.md).
     """
+    summary = None
     try:
         with runner.early_start(launcher, command, results_dir) as early:     # the fork server imports while the flags are read
             spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
@@ -76,10 +77,13 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                     bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
                 summary = runner.run(spec, progress, lambda text: bar.update(task, info=text), early=early)
-    except runner.Interrupted as e:     # Ctrl-C or SIGTERM during runner.run (its signals_raise); while the flags
-        #                                 are read Ctrl-C is click's KeyboardInterrupt, and the early start is undone
-        console.print(f"interrupted: run {e.run_id} torn down and recorded as failed" if e.run_id
-                      else "interrupted before the run started: nothing was left behind")
+    except runner.Interrupted as e:     # Ctrl-C or SIGTERM (early_start's and runner.run's signals_raise): while the
+        #                                 flags were read (the early start undone), in the run, or as it ended
+        if summary is not None:
+            console.print(f"interrupted after run {summary.run_id} ended; it is recorded as {summary.status}")
+        else:
+            console.print(f"interrupted: run {e.run_id} torn down and recorded as failed" if e.run_id
+                          else "interrupted before the run started: nothing was left behind")
         sys.exit(130)
     print_summary(summary)
     if summary.status != "ok":
