@@ -219,12 +219,11 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
         while True:
             codes = {rank: p.poll() for rank, p in procs.items()}
             if any(code not in (None, 0) for code in codes.values()):
-                lost = [(r, p.server_log) for r, p in procs.items() if getattr(p, "server_log", None)]
+                lost = [(r, p.server) for r, p in procs.items() if getattr(p, "server_lost", False)]
                 if lost:            # not the node's doing: its worker's fork server ended (killed) under it
-                    (rank, log), *_ = lost
-                    tail = [line.strip() for line in read_text(log).splitlines() if line.strip()]
+                    (rank, server), *_ = lost
                     how = ("lost its worker with the fork server, which ended during the run"
-                           + (f" (the server's log ends: {tail[-1][:300]})" if tail else ""))
+                           + (f" ({server.last_words()})" if server is not None else ""))
                     return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()

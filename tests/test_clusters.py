@@ -139,3 +139,66 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     assert [c["rate_bps"] for c in hosts["environment"]["qdisc_stats"]["qdiscs"]["eth0"]["classes"]] == [200_000_000]
     sent = [c["sent_bytes"] for q in netns["environment"]["qdisc_stats"]["qdiscs"].values() for c in q["classes"]]
     assert sent and all(b > 0 for b in sent)           # every shaped egress, counted before teardown
+
+
+def test_hosts_calibration_holds_each_path_to_its_senders_link(monkeypatch):
+    """launch/hostcal.measure_ring with two hosts as two threads (their Gloo group a stand-in, their
+    measurements fakes that say who measured what): each path's target is its sender's rate, its
+    RTT both hosts' delays, its loss the sender's --loss in percent, and through that loss what a
+    flow of the sender's congestion control carries (by hand below); the goodput is the receiver's.
+    Plants that fail: the receiver's link for the sender's; the loss not divided by 100."""
+    import threading
+    from types import SimpleNamespace
+    from gctestbed import flags
+    from gctestbed.launch import hostcal
+    from gctestbed.net import measure, nic
+
+    mine = threading.local()
+    host = {0: dict(addr="10.9.0.1", spec=flags.build_spec(nodes="2", bw="100mbit", latency="5ms"), cc="cubic"),
+            1: dict(addr="10.9.0.2", spec=flags.build_spec(nodes="2", bw="50mbit", latency="10ms", loss="0.5"), cc="reno")}
+    meet, slots, windows = threading.Barrier(2, timeout=20), [None, None], {}   # a host that failed frees the other
+
+    def all_gather_object(out, obj, group=None):
+        slots[mine.rank] = obj
+        meet.wait()
+        out[:] = list(slots)
+        meet.wait()
+
+    class Sink:
+        def __init__(self, ns, addr, warmup_s, port):
+            self.addr = addr
+
+        def goodput_bps(self):
+            return {"10.9.0.1": 1e6, "10.9.0.2": 2e6}[self.addr]
+
+    def send(ns, peer, window, warmup_s, ifname, port, probe_rtt):
+        windows[mine.rank] = window
+        return {"10.9.0.2": 99e6, "10.9.0.1": 13e6}[peer], [0.016]
+
+    monkeypatch.setattr(hostcal, "dist", SimpleNamespace(all_gather_object=all_gather_object, barrier=lambda group=None: meet.wait()))
+    monkeypatch.setattr(nic, "address", lambda ifname: host[mine.rank]["addr"])
+    monkeypatch.setattr(nic, "congestion_control", lambda: host[mine.rank]["cc"])
+    monkeypatch.setattr(measure, "Sink", Sink)
+    monkeypatch.setattr(measure, "Echo", lambda ns, addr: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(measure, "send", send)
+    monkeypatch.setattr(hostcal, "_rtts", lambda peer, n, interval_s, first: [0.0152] * n)
+    found = {}
+
+    def host_run(rank):
+        mine.rank = rank
+        found[rank] = hostcal.measure_ring(host[rank]["spec"], rank, 2, "eth0")
+    threads = [threading.Thread(target=host_run, args=(r,), daemon=True) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert found[0] == found[1] and len(found[0]) == 2                  # every host holds the same list
+    there, back = found[0]
+    assert (there.src, there.dst, back.src, back.dst) == (0, 1, 1, 0)
+    assert there.target_rtt_s == back.target_rtt_s == pytest.approx(0.015)   # 5 ms + 10 ms
+    assert (there.target_bps, there.loss_limited, windows[0]) == (100_000_000, False, hostcal.SECONDS)
+    assert (there.wire_bps, there.goodput_bps, there.rtt_idle_s) == (99e6, 2e6, 0.0152)
+    # back: reno through 0.5 % at the idle 15.2 ms: 17.32 segments of 1514 bytes a round trip,
+    # 13.80 Mbit/s, some 5.7 losses a second, so 8.8 s for 50 of them, capped at 8 s
+    assert back.loss_limited and back.target_bps == pytest.approx(17.3205 * 1514 * 8 / 0.0152, rel=1e-3)
+    assert windows[1] == 8.0 and (back.wire_bps, back.goodput_bps) == (13e6, 1e6)

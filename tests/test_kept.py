@@ -102,7 +102,9 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     re-shaped), then latency 0 (a network of its own). Judged with margins that tell a re-shaped
     link from one that was not, not by calibration's own tolerance (a miss is accepted): in CI on
     a noisy VM host, one TCP stream at a 40 ms round trip reached 92-165 of the 200 Mbit/s in its
-    2.5 s, and idle RTTs rose by 1.7 ms, where calibration's own tests judge it."""
+    2.5 s (76 here on 29 November: cubic regains a window lost to slow start's overshoot in
+    seconds at that round trip), and idle RTTs rose by 1.7 ms, where calibration's own tests judge
+    it. The rates' lower bounds tell 200mbit from 50mbit and 50mbit from a link left at 5mbit."""
     g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["5ms", "20ms", "0"],
                          "bw": ["50mbit", "200mbit"], "compressor": ["none"], "mode": ["overlap"]},
                    steps=1, calibrate="all", results_dir=str(tmp_path), keep=True, accept_miss=True)
@@ -119,8 +121,8 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     # every path of a cell (both directions), with bounds on both sides wider than calibration's
     rates = [sorted(c["wire_bps"] for c in s["calibration"]) for s in summaries]
     rtts = [sorted(c["rtt_idle_s"] for c in s["calibration"]) for s in summaries]
-    assert all(r[-1] < 55e6 for r in (rates[0], rates[3])), rates                     # the htb holds 50mbit ...
-    assert all(80e6 < r[0] and r[-1] < 240e6 for r in (rates[1], rates[2])), rates   # ... re-shaped to 200mbit
+    assert all(25e6 < r[0] and r[-1] < 55e6 for r in (rates[0], rates[3])), rates     # the htb holds 50mbit ...
+    assert all(60e6 < r[0] and r[-1] < 240e6 for r in (rates[1], rates[2])), rates   # ... re-shaped to 200mbit
     assert all(0.009 < x < 0.013 for x in rtts[0] + rtts[1]) and rtts[3][-1] < 0.003, rtts   # 5 ms each way; none
     assert all(0.036 < x < 0.046 for x in rtts[2]), rtts                            # re-shaped to 20 ms each way
     kept = [s["environment"]["shaping"]["kept_network"] for s in summaries]
@@ -317,11 +319,16 @@ def test_a_fork_server_that_cannot_load_the_native_kernels_forks_no_worker(tmp_p
         assert state.undo() == []
 
 
-def _kill_the_fork_server() -> None:
-    """SIGKILL the one kept fork server of this test's ledgers, and wait until it is dead."""
+def _kill_the_fork_server(saying: str | None = None) -> None:
+    """SIGKILL the one kept fork server of this test's ledgers, and wait until it is dead;
+    ``saying``: a last line written to its log first."""
     from gctestbed.launch.state import load_all
-    (server,) = [o["pid"] for st in load_all() if st.meta.get("kind") == "fork server"
-                 for o in st.objects if o["kind"] == "process"]
+    (ledger,) = [st for st in load_all() if st.meta.get("kind") == "fork server"]
+    (server,) = [o["pid"] for o in ledger.objects if o["kind"] == "process"]
+    if saying:
+        (directory,) = [o["name"] for o in ledger.objects if o["kind"] == "dir"]
+        with open(os.path.join(directory, "fork.log"), "a") as log:
+            log.write(saying + "\n")
     os.kill(server, signal.SIGKILL)
     deadline = time.monotonic() + 10          # dead by the time it is asked, as a server killed earlier is
     while psutil.Process(server).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
@@ -366,23 +373,39 @@ def test_a_kept_fork_server_killed_between_cells_is_replaced(tmp_path, state_dir
 
 
 @pytest.mark.root
-def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_naming_it(tmp_path, state_dir, monkeypatch):
-    """The server killed after a cell's node 0 is forked and before node 1 is: the cell does not
-    fork node 1 from a new server (which would remove the old one's log, that the lost node's
-    error quotes), and says why. Planted: the server replaced at every fork; node 1 was forked."""
+def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_naming_it(tmp_path, state_dir, monkeypatch):
+    """The server killed (SIGKILL) after the first cell's node 0 is forked and before node 1 is:
+    node 1 is not forked from a new server (which would remove the old one's log, that the cell's
+    error quotes), the cell fails saying how the server ended, and the next cell runs on a new
+    one: one cell's loss is that cell's alone. Plants that fail: the server replaced at every
+    fork (its log was gone when the error quoted it); the cell raising out of the sweep (the next
+    cell never ran)."""
     from gctestbed.launch.netns import NetnsCluster
-    g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["200mbit"],
+    g = sweep.Grid(axes={"workload": [SMALL], "batch_size": ["16"], "nodes": ["2"], "latency": ["0"], "bw": ["200mbit", "100mbit"],
                          "compressor": ["none"], "mode": ["overlap"]},
                    steps=2, calibrate="none", results_dir=str(tmp_path), keep=True)
-    fork = NetnsCluster.fork
+    fork, killed = NetnsCluster.fork, []
 
     def forked(self, server, *args):
         proc = fork(self, server, *args)
-        _kill_the_fork_server()
+        if not killed:
+            _kill_the_fork_server(saying="the server's last words")
+            killed.append(proc)
         return proc
     monkeypatch.setattr(NetnsCluster, "fork", forked)
-    with pytest.raises(RuntimeError, match="the fork server ended while this cell's nodes were forked"):
-        sweep.run(g, "s", sweep.plan(g))
+    counts = sweep.run(g, "s", sweep.plan(g))
+    conn = results.connect(str(tmp_path))
+    cells = [dict(r) for r in conn.execute("SELECT status, run_id FROM sweep_cells ORDER BY rowid")]
+    codes = [r[0] for r in conn.execute("SELECT exit_code FROM nodes WHERE run_id = ? ORDER BY rank", (cells[0]["run_id"],))]
+    conn.close()
+    summaries = [show(tmp_path, c["run_id"]) for c in cells]
+    assert (counts["ok"], counts["failed"]) == (1, 1) and [c["status"] for c in cells] == ["failed", "ok"], summaries
+    error = summaries[0]["error"]
+    assert "lost its worker with the fork server, which ended during the run (ended by SIGKILL; its log ends: the " \
+           "server's last words)" in error, error
+    assert not (tmp_path / "runs" / cells[0]["run_id"] / "node1.log").exists()      # node 1 was never forked
+    assert codes == [-9, -9]                             # both lost with the server
+    assert [s["environment"]["shaping"]["kept_network"]["cell"] for s in summaries] == [1, 2]    # the network kept
     _no_ledgers(state_dir)
 
 

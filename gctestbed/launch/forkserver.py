@@ -45,10 +45,10 @@ class Forked:
     def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str,
                  netns: str | None = None, cgroup: str | None = None):
         self.returncode: int | None = None
-        self.server_log: str | None = None      # set when the server itself went away: its log, for the run's error
+        self.server: Server | None = None      # the Server that forked it (Server.fork), for the run's error
+        self.server_lost = False               # the server itself went away: this worker is lost with it
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(socket_path)
-        self._log = _log_beside(socket_path)
         self._file = self._sock.makefile("rwb")
         request = {"argv": argv, "env": env, "log": log_path, "netns": netns, "cgroup": cgroup}
         self._file.write(json.dumps(request).encode() + b"\n")
@@ -74,7 +74,7 @@ class Forked:
     def _ended(self) -> None:
         reply = self._read()
         if "exit" not in reply:     # the server itself went away (killed): its worker is gone or orphaned, lost either way
-            self.server_log = self._log
+            self.server_lost = True
         self.returncode = reply.get("exit", -signal.SIGKILL)
         self._close()
 
@@ -86,6 +86,23 @@ class Forked:
         with contextlib.suppress(OSError):
             self._file.close()
             self._sock.close()
+
+
+class Unforked:
+    """A node's worker its fork server could not fork, having ended (killed) by then: lost with the
+    server, as a worker it forked before is; ``poll`` and ``wait`` as Popen's, at once."""
+
+    pid = None
+    server_lost = True
+
+    def __init__(self, server: "Server"):
+        self.server, self.returncode = server, -signal.SIGKILL
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
 
 
 def _log_beside(socket_path: str) -> str:
@@ -145,9 +162,12 @@ class Server:
         self._ready = True
 
     def last_words(self) -> str:
-        """The last line of the server's log."""
+        """How the server ended (where it has) and its log's last line, for an error to quote."""
         from ..session import read_text
-        return (read_text(self._log).strip().splitlines()[-1:] or ["no output"])[0]
+        lines = [line.strip() for line in read_text(self._log).splitlines() if line.strip()]
+        code = self._proc.poll()
+        how = [] if code is None else [f"ended by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"]
+        return "; ".join(how + [f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"])
 
     def fork(self, argv: list[str], env: dict[str, str], log_path: str, netns: str | None, cgroup: str | None,
              kernels: bool) -> "Forked":
@@ -156,12 +176,21 @@ class Server:
         if argv[1:3] != ["-m", "gctestbed.worker"]:
             raise ValueError(f"a fork server forks only gctestbed's worker, not {argv}")
         self.ready()
-        if kernels and not self.kernels:
-            self.kernels = load_kernels(self.socket)
-            if not self.kernels:           # its forks would run the torch reference while the run records native
-                raise RuntimeError(f"the fork server could not load the native kernels this run has: {self.last_words()} "
-                                   "(--kernels torch runs without them)")
-        return Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
+        try:
+            if kernels and not self.kernels and not self.ended():
+                self.kernels = load_kernels(self.socket)
+                if not self.kernels:           # its forks would run the torch reference while the run records native
+                    raise RuntimeError(f"the fork server could not load the native kernels this run has: {self.last_words()} "
+                                       "(--kernels torch runs without them)")
+            proc = Unforked(self) if self.ended() else Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
+        except OSError:                         # refused or cut off: the server ended just now (else a fault of ours)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=2)
+            if not self.ended():
+                raise
+            proc = Unforked(self)
+        proc.server = self
+        return proc
 
 
 def _child(request: dict) -> None:
@@ -213,7 +242,9 @@ def load_kernels(socket_path: str) -> bool:
         s.connect(socket_path)
         s.sendall(json.dumps({"load": "kernels"}).encode() + b"\n")
         reply = s.makefile("rb").readline()
-    return bool(reply and json.loads(reply).get("loaded"))
+    if not reply:
+        raise ConnectionResetError("the fork server closed the connection")      # it ended: Server.fork says so
+    return bool(json.loads(reply).get("loaded"))
 
 
 def _load_kernels(conn: socket.socket) -> None:

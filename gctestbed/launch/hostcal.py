@@ -7,7 +7,8 @@ Around the ring, one pair at a time, the receiving host runs a TCP sink and a UD
 address, and the sending host measures idle RTT (ping, else the echo), then sends one TCP stream,
 reading the wire rate from its own NIC's htb class and RTT under that load. The goodput comes back
 from the receiver. Each path's target is the sender's shaped rate and the sum of both hosts'
-delays. Every host writes the same list of paths to OUT.json (numbered by the training's ranks),
+delays; through the sender's loss, what one flow of the sender's own congestion control carries
+(calibrate.path_target). Every host writes the same list of paths to OUT.json (numbered by the training's ranks),
 for its Session to judge and store.
 
 Calibration and training share one rendezvous and one process group: a second torchrun job on the
@@ -52,7 +53,8 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
     addr = nic.address(ifname)
     if addr is None:
         raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
-    me = (addr, spec.link.bw_bps, spec.link.latency_s, spec.link.loss_pct / 100)   # the host's egress: its data's loss
+    # the host's egress (its data's loss), and the congestion control its flows run
+    me = (addr, spec.link.bw_bps, spec.link.latency_s, spec.link.loss_pct / 100, nic.congestion_control())
     hosts: list = [None] * world
     dist.all_gather_object(hosts, me, group=group)
     paths = []
@@ -70,7 +72,8 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
                 peer = hosts[dst][0]
                 try:
                     idle = calibrate.idle_rtt(lambda n: _rtts(peer, n, 0.02, first=True), target_rtt)
-                    target, lossy, window = calibrate.path_target(hosts[src][1], target_rtt, idle, hosts[src][3], SECONDS)
+                    target, lossy, window = calibrate.path_target(hosts[src][1], target_rtt, idle, hosts[src][3], SECONDS,
+                                                                  hosts[src][4])
                     wire, loaded = measure.send(None, peer, window, WARMUP_S, ifname, port=PORT,
                                                 probe_rtt=lambda: _rtts(peer, 10, window / 12, first=False))
                     sent = (idle, wire, measure.median(loaded), target, lossy)

@@ -184,12 +184,11 @@ class Lent:
     def spawn(self, node: Node, argv: list[str], log_path: str, extra_env: dict[str, str] | None = None):
         """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU
         share, as this cell's (its kernels resolved: this process has them). Every node of a cell
-        from one server: one that ended after forking some of them is not replaced (its log would
-        go with it), and the cell fails naming it."""
+        from one server: one that ended after forking some of them is not replaced mid-cell (its
+        log, which the cell's error quotes, would go with it); the nodes not yet forked are lost
+        with it (forkserver.Unforked), the cell fails naming it, and the next cell's is new."""
         if self._server is None:
             self._server = self.kept.live_server()
-        elif self._server.ended():
-            raise RuntimeError(f"the fork server ended while this cell's nodes were forked: {self._server.last_words()}")
         return self.kept.cluster.fork(self._server, self.state, node, argv, log_path, extra_env,
                                       self.spec.kernels == "native")
 

@@ -96,7 +96,8 @@ class NetnsCluster:
         environment, and recorded in ``state`` (this network's ledger, or a kept network's cell's)."""
         env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
         proc = server.fork(argv, env, log_path, node.name, self.cgroups.get(node.rank), kernels=kernels)
-        state.add("process", name=node.name, pid=proc.pid)
+        if proc.pid is not None:         # None: not forked, the server had ended (forkserver.Unforked)
+            state.add("process", name=node.name, pid=proc.pid)
         return proc
 
     @staticmethod

@@ -26,6 +26,7 @@ from typing import Callable
 from ..spec import TopologySpec, series_loss_pct
 from . import measure, namespaces
 from .shaping import FRAME_BYTES
+from .topology import TCP_CONGESTION_CONTROL
 
 TOLERANCE = 0.10          # a path is a miss when its wire rate is more than 10 % off its target
 LOSS_TOLERANCE = 0.25     # ... 25 % where loss sets the target: the response functions below are averages
@@ -110,14 +111,19 @@ def path_loss(topo: TopologySpec, src: int, dst: int) -> float:
 CUBIC_C, CUBIC_BETA = 0.4, 0.7        # CUBIC's constants (RFC 8312)
 
 
-def loss_limited_bps(rtt_s: float, loss: float) -> float:
-    """The wire rate one cubic flow averages through random loss ``loss`` at round trip ``rtt_s``:
-    the larger of its two windows in RFC 8312 section 5.1, the Reno-friendly one (Mathis et al.
-    1997, 1.22 / sqrt(p) segments) and CUBIC's own ((C (3 + beta) / (4 (1 - beta)))^(1/4) x
-    RTT^(3/4) / p^(3/4) segments), a window a round trip, counted in full frames on the wire."""
-    reno = math.sqrt(1.5 / loss)
-    cubic = (CUBIC_C * (3 + CUBIC_BETA) / (4 * (1 - CUBIC_BETA))) ** 0.25 * rtt_s ** 0.75 / loss ** 0.75
-    return max(reno, cubic) * FRAME_BYTES * 8 / rtt_s
+def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None:
+    """The wire rate one flow of ``congestion`` control averages through random loss ``loss`` at
+    round trip ``rtt_s``, a window a round trip counted in full frames on the wire. Reno: Mathis et
+    al. 1997's 1.22 / sqrt(p) segments. Cubic: the larger of its two windows in RFC 8312 section
+    5.1, that Reno-friendly one and its own ((C (3 + beta) / (4 (1 - beta)))^(1/4) x RTT^(3/4) /
+    p^(3/4) segments). None for any other, whose response to random loss is not one of these
+    (BBR's ignores it, up to some 20 %)."""
+    if congestion not in ("reno", "cubic"):
+        return None
+    window = math.sqrt(1.5 / loss)
+    if congestion == "cubic":
+        window = max(window, (CUBIC_C * (3 + CUBIC_BETA) / (4 * (1 - CUBIC_BETA))) ** 0.25 * rtt_s ** 0.75 / loss ** 0.75)
+    return window * FRAME_BYTES * 8 / rtt_s
 
 
 def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: float = 1.0,
@@ -129,7 +135,7 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
         a, b = nodes[src], nodes[dst]
         rate, rtt = targets(topo, src, dst)
         idle = idle_rtt(lambda n: measure.rtt_s(a.netns, b.netns, b.address, count=n), rtt)
-        target, lossy, window = path_target(rate, rtt, idle, path_loss(topo, src, dst), seconds)
+        target, lossy, window = path_target(rate, rtt, idle, path_loss(topo, src, dst), seconds, TCP_CONGESTION_CONTROL)
         if use_iperf:
             flow = _iperf3(a, b, window, warmup_s)
         else:
@@ -153,13 +159,16 @@ def idle_rtt(probe: Callable[[int], list[float]], target_s: float) -> float | No
     return idle
 
 
-def path_target(rate_bps: int, rtt_s: float, idle_s: float | None, loss: float, seconds: float) -> tuple[int, bool, float]:
+def path_target(rate_bps: int, rtt_s: float, idle_s: float | None, loss: float, seconds: float,
+                congestion: str) -> tuple[int, bool, float]:
     """(target rate, whether loss sets it, seconds to time the flow) of a path of bottleneck
     ``rate_bps`` and round trip ``rtt_s`` (measured idle: ``idle_s``) that loses ``loss`` of its
-    packets: through loss, what one flow carries at the round trip it meets (the host adds its
-    own), timed for ``lossy_seconds``, where that is below the rate."""
-    carried = loss_limited_bps(max(idle_s or rtt_s, rtt_s, 1e-4), loss) if loss > 0 else rate_bps
-    if carried >= rate_bps:
+    packets, whose sender's flows run ``congestion`` control (a node's: topology's
+    TCP_CONGESTION_CONTROL; a host's: its own default): through loss, what one such flow carries at
+    the round trip it meets (the host adds its own), timed for ``lossy_seconds``, where that is
+    known (loss_limited_bps) and below the rate."""
+    carried = loss_limited_bps(max(idle_s or rtt_s, rtt_s, 1e-4), loss, congestion) if loss > 0 else None
+    if carried is None or carried >= rate_bps:
         return rate_bps, False, seconds
     return round(carried), True, lossy_seconds(carried, loss, seconds)
 

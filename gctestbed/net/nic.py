@@ -32,6 +32,12 @@ def address(ifname: str) -> str | None:
     return next((a.address for a in psutil.net_if_addrs().get(ifname, []) if a.family == socket.AF_INET), None)
 
 
+def congestion_control() -> str:
+    """The TCP congestion control this host's sockets get by default (its training's flows too)."""
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        return f.read().strip()
+
+
 def _state_path(directory: str, ifname: str) -> str:
     """Where ``ifname``'s saved qdisc lives: per network namespace, so two namespaces of one machine
     (two emulated hosts, each with its own eth0) do not share one record."""
