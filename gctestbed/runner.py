@@ -26,7 +26,7 @@ from .launch.forkserver import Server
 from .launch.kept import KeptNetwork
 from .launch import netns
 from .launch.netns import NetnsCluster
-from .launch.protocol import Launcher, Node
+from .launch.protocol import Launcher, Node, exit_text
 from .session import Session, read_text, resolve
 from .spec import SPEC_ENV, RunSpec, UserError, format_duration
 from .timing import Laps
@@ -71,8 +71,8 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
     cannot be written (looked at, not created: a store full, locked or damaged is still found by
     ``run``, and then the early start is undone). SIGINT and SIGTERM raise Interrupted meanwhile
     (``signals_raise``), so a command stopped while it reads its flags undoes it. (Tried on 28
-    November while Interrupted was an Exception, torch's import swallowed it and the run went
-    ahead; a BaseException, as KeyboardInterrupt is, passes its ``except Exception``.)"""
+    November without holding back a signal inside an import: torch's C init swallowed it there
+    and the run went ahead.)"""
     cls = launcher_class(launcher)
     # the device is not read yet: a CUDA run stops the early server at its start
     if not forks_workers(cls, command, "cpu") or not _host_fits(cls) or not _writable(results_dir):
@@ -129,7 +129,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
     lent = kept is not None and kept.takes(spec)
     session = None
     status, error = "failed", None
-    cluster = None
+    cluster, finished, summary = None, False, None
     laps, phases = Laps(), {}         # where the run's wall time went (see results.RunSummary.phases)
     host = hostcpu.Sampler()          # the host's CPU while the steps go (the nodes run on this host)
     try:
@@ -167,6 +167,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
                 phases["nodes_s"] = laps.lap()
             status = "ok" if error is None else "failed"
+        finished = True
     except Interrupted as e:
         error = f"interrupted by the user{_at_step(session.recorder if session else None, spec)}"
         e.run_id = state.run_id
@@ -189,7 +190,9 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                     state.objects = []
                     state.update(meta={**state.meta, "outcome": {"status": status, "error": error}})
                     raise
-    return session.summary()
+                if finished:          # read here, where a signal cannot cut in: the caller gets what it ran
+                    summary = session.summary()
+    return summary
 
 
 def cluster_class(spec: RunSpec) -> type[Launcher]:
@@ -290,7 +293,7 @@ def _blame(procs: dict, codes: dict, run_dir: str, spec: RunSpec) -> tuple[int, 
         if alive and standing(first) >= 3:
             return alive[0], (f"stopped responding: node {first} gave up waiting for it "
                               f"(--timeout {format_duration(spec.timeout_s)})")
-    return first, _exit_text(codes[first])
+    return first, exit_text(codes[first])
 
 
 # what a node's log says when it failed only because a peer went away or went quiet
@@ -302,7 +305,7 @@ def _stopped(procs: dict, codes: dict) -> list[int]:
     """Ranks whose worker is still there but stopped (state T)."""
     out = []
     for rank, p in procs.items():
-        if codes.get(rank) is None and p.pid > 0:
+        if codes.get(rank) is None and (p.pid or 0) > 0:     # docker's have 0, forkserver.Unforked None
             with contextlib.suppress(psutil.Error):
                 if psutil.Process(p.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
                     out.append(rank)
@@ -328,12 +331,6 @@ def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: 
     log = os.path.join(run_dir, f"node{rank}.log")
     who = spec.role(rank) + (f" (rank {rank}, {nodes[rank].name})" if rank >= spec.nodes else f" ({nodes[rank].name})")
     return f"{who} {how} {where}{_log_tail(log)}"
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
 
 
 def _own_reason(lines: list[str]) -> str | None:
@@ -364,10 +361,11 @@ def signals_raise() -> Iterator[None]:
 
     Only in this process: pyroute2 forks helpers (to open sockets inside namespaces) and
     subprocess forks before exec; a signal there must end that child the default way, not unwind
-    a copy of this stack through our teardown. Nor inside an import: an extension's C init can
-    swallow what is raised there (torch._C's import of numpy did, and a run stopped while torch
-    imported went ahead, 4 of 25 timed signals), so the signal is sent again RESIGNAL_S later,
-    until it lands outside one.
+    a copy of this stack through our teardown. Nor inside an import, nor in ``signals_held``: an
+    extension's C init can swallow what is raised there (torch._C's import of numpy did, and a
+    run stopped while torch imported went ahead, 4 of 25 timed signals), so the signal is sent
+    again RESIGNAL_S later, until it lands outside one. One still waiting when this ends is sent
+    at once to whatever handles it then (the handler outside, or the default action).
     """
     owner = os.getpid()
 
@@ -376,8 +374,8 @@ def signals_raise() -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        if _importing(frame):
-            _resends[signum] = resend = threading.Timer(RESIGNAL_S, os.kill, (owner, signum))
+        if _held or _importing(frame):
+            _resends[signum] = resend = threading.Timer(RESIGNAL_S, _resend, (owner, signum))
             resend.daemon = True
             resend.start()
             return
@@ -386,24 +384,52 @@ def signals_raise() -> Iterator[None]:
     try:
         yield
     finally:
+        waiting = list(_resends)
+        _cancel_resends()
         for s, h in old.items():
             signal.signal(s, h)
+        if os.getpid() == owner:
+            for signum in waiting:
+                os.kill(owner, signum)
 
 
-_resends: dict[int, threading.Timer] = {}     # a signal that landed inside an import -> what sends it again
+_resends: dict[int, threading.Timer] = {}     # a signal held back (an import, signals_held) -> what sends it again
+_held: list[bool] = []                        # one entry per signals_held section open
+
+
+def _resend(owner: int, signum: int) -> None:
+    _resends.pop(signum, None)
+    os.kill(owner, signum)
+
+
+def _cancel_resends() -> None:
+    for resend in _resends.values():
+        resend.cancel()
+    _resends.clear()
 
 
 def raise_deferred(signum: int | None = None) -> None:
-    """Raise Interrupted for ``signum``, or for a signal that landed inside an import and waits to
-    be sent again (none waiting: return), so that a run stopped while torch imported (its flags
-    read meanwhile) stops before it starts."""
+    """Raise Interrupted for ``signum``, or for a signal held back and waiting to be sent again
+    (none waiting: return), so that a run stopped while torch imported (its flags read meanwhile)
+    stops before it starts."""
     if signum is None and not _resends:
         return
-    for resend in _resends.values():
-        resend.cancel()
     name = signal.Signals(signum or next(iter(_resends))).name
-    _resends.clear()
+    _cancel_resends()
     raise Interrupted(name)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Under ``signals_raise``, SIGINT and SIGTERM wait for the end of this section, where what
+    it made is not in its ledger yet (a process started, its pid not written)."""
+    _held.append(True)
+    try:
+        yield
+    finally:
+        _held.pop()
+    if not _held:
+        raise_deferred()
 
 
 def _importing(frame) -> bool:

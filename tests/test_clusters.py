@@ -145,8 +145,9 @@ def test_hosts_calibration_holds_each_path_to_its_senders_link(monkeypatch):
     """launch/hostcal.measure_ring with two hosts as two threads (their Gloo group a stand-in, their
     measurements fakes that say who measured what): each path's target is its sender's rate, its
     RTT both hosts' delays, its loss the sender's --loss in percent, and through that loss what a
-    flow of the sender's congestion control carries (by hand below); the goodput is the receiver's.
-    Plants that fail: the receiver's link for the sender's; the loss not divided by 100."""
+    flow of the sender's congestion control carries (by hand below; host 0 runs BBR, held to the
+    rate); the goodput is the receiver's. Plants that fail: the receiver's link for the sender's;
+    the loss not divided by 100; "cubic" for the sender's congestion control; the receiver's."""
     import threading
     from types import SimpleNamespace
     from gctestbed import flags
@@ -154,7 +155,7 @@ def test_hosts_calibration_holds_each_path_to_its_senders_link(monkeypatch):
     from gctestbed.net import measure, nic
 
     mine = threading.local()
-    host = {0: dict(addr="10.9.0.1", spec=flags.build_spec(nodes="2", bw="100mbit", latency="5ms"), cc="cubic"),
+    host = {0: dict(addr="10.9.0.1", spec=flags.build_spec(nodes="2", bw="100mbit", latency="5ms", loss="0.5"), cc="bbr"),
             1: dict(addr="10.9.0.2", spec=flags.build_spec(nodes="2", bw="50mbit", latency="10ms", loss="0.5"), cc="reno")}
     meet, slots, windows = threading.Barrier(2, timeout=20), [None, None], {}   # a host that failed frees the other
 
@@ -196,7 +197,7 @@ def test_hosts_calibration_holds_each_path_to_its_senders_link(monkeypatch):
     there, back = found[0]
     assert (there.src, there.dst, back.src, back.dst) == (0, 1, 1, 0)
     assert there.target_rtt_s == back.target_rtt_s == pytest.approx(0.015)   # 5 ms + 10 ms
-    assert (there.target_bps, there.loss_limited, windows[0]) == (100_000_000, False, hostcal.SECONDS)
+    assert (there.target_bps, there.loss_limited, windows[0]) == (100_000_000, False, hostcal.SECONDS)   # BBR: the rate
     assert (there.wire_bps, there.goodput_bps, there.rtt_idle_s) == (99e6, 2e6, 0.0152)
     # back: reno through 0.5 % at the idle 15.2 ms: 17.32 segments of 1514 bytes a round trip,
     # 13.80 Mbit/s, some 5.7 losses a second, so 8.8 s for 50 of them, capped at 8 s

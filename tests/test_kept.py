@@ -401,12 +401,42 @@ def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_n
     summaries = [show(tmp_path, c["run_id"]) for c in cells]
     assert (counts["ok"], counts["failed"]) == (1, 1) and [c["status"] for c in cells] == ["failed", "ok"], summaries
     error = summaries[0]["error"]
-    assert "lost its worker with the fork server, which ended during the run (ended by SIGKILL; its log ends: the " \
+    assert "lost its worker with the fork server, which ended during the run (the server was killed by SIGKILL; its log ends: the " \
            "server's last words)" in error, error
     assert not (tmp_path / "runs" / cells[0]["run_id"] / "node1.log").exists()      # node 1 was never forked
     assert codes == [-9, -9]                             # both lost with the server
     assert [s["environment"]["shaping"]["kept_network"]["cell"] for s in summaries] == [1, 2]    # the network kept
     _no_ledgers(state_dir)
+
+
+@pytest.mark.root
+def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_error(tmp_path, state_dir, monkeypatch):
+    """The server ends just as a node's fork reaches it (after Server.fork looked: the connection
+    refused): the node is lost with the server (Unforked, -9), as one forked before it would be. A
+    refused connection while the server lives is an error of ours, raised. Planted: the refusal
+    not caught (it raised out of the run)."""
+    from gctestbed.launch.state import RunState
+    state = RunState.create()
+    try:
+        server = forkserver.Server(state)
+        server.ready()
+        argv = [sys.executable, "-m", "gctestbed.worker", str(tmp_path / "spec.json")]
+
+        def refused(*args, **kwargs):
+            raise ConnectionRefusedError("refused")
+        monkeypatch.setattr(forkserver, "Forked", refused)
+        with pytest.raises(ConnectionRefusedError):                  # the server lives: ours to fix
+            server.fork(argv, {}, str(tmp_path / "w.log"), None, None, kernels=False)
+
+        def refused_as_it_ends(*args, **kwargs):
+            os.kill(server._proc.pid, signal.SIGKILL)
+            raise ConnectionRefusedError("refused")
+        monkeypatch.setattr(forkserver, "Forked", refused_as_it_ends)
+        lost = server.fork(argv, {}, str(tmp_path / "w.log"), None, None, kernels=False)
+        assert isinstance(lost, forkserver.Unforked) and (lost.poll(), lost.wait(), lost.pid) == (-9, -9, None)
+        assert lost.server is server and server.last_words().startswith("the server was killed by SIGKILL")
+    finally:
+        assert state.undo() == []
 
 
 def test_cuda_workers_are_not_forked(tmp_path):

@@ -132,9 +132,9 @@ def test_an_idle_rtt_lifted_by_a_hiccup_is_probed_again_and_a_wrong_delay_still_
 def test_a_paths_target_is_what_one_flow_carries_through_its_loss_timed_for_50_losses():
     """By hand (Mathis et al.'s 1.2247 / sqrt(p) frames of 1514 bytes a round trip, the larger
     window at 10 ms; CUBIC's own, RFC 8312 5.1 with C = 0.4 and beta = 0.7, at 100 ms and 0.01 %):
-    what a netns path and a host's path (launch/hostcal.py) are both held to. A sender whose
-    congestion control has neither response (BBR) is held to the rate. Plants that fail: CUBIC's
-    beta 0.8 (the original paper's); a host's BBR judged as cubic."""
+    what a netns path and a host's path (launch/hostcal.py) are both held to. A BBR sender is held
+    to the rate, another loss-based one (dctcp) to Reno's window. Plants that fail: CUBIC's beta
+    0.8 (the original paper's); a host's BBR judged as cubic."""
     from gctestbed.net import calibrate
     frames = 1.2247 / math.sqrt(0.005)                                 # 17.32 a round trip
     target, lossy, window = calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "cubic")
@@ -149,6 +149,7 @@ def test_a_paths_target_is_what_one_flow_carries_through_its_loss_timed_for_50_l
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "cubic")[0] == pytest.approx(187.40 * 1514 * 8 / 0.1, rel=1e-3)
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "reno")[0] == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3)
     assert calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "bbr") == (1_000_000_000, False, 1.5)
+    assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "dctcp")[0] == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3)
 
 
 def test_teardown_leaves_nothing(state_dir):

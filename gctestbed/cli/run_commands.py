@@ -51,7 +51,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
     torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); calling gctestbed.install(ddp_model)
     in it installs --compressor and records each step (see docs/guide.md).
     """
-    summary = None
+    summary = early = None
     try:
         with runner.early_start(launcher, command, results_dir) as early:     # the fork server imports while the flags are read
             spec = flags.build_spec(nodes=nodes, bw=bw, bw_down=bw_down, latency=latency, jitter=jitter, loss=loss,
@@ -81,6 +81,8 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
         #                                 flags were read (the early start undone), in the run, or as it ended
         if summary is not None:
             console.print(f"interrupted after run {summary.run_id} ended; it is recorded as {summary.status}")
+        elif e.run_id is None and early is not None and early.taken:   # as runner.run returned
+            console.print(f"interrupted as run {early.state.run_id} ended ('gctestbed show {early.state.run_id}' says how)")
         else:
             console.print(f"interrupted: run {e.run_id} torn down and recorded as failed" if e.run_id
                           else "interrupted before the run started: nothing was left behind")

@@ -132,11 +132,12 @@ class Server:
         state.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
         self._log = _log_beside(self.socket)
-        with open(self._log, "ab") as out:
+        from ..runner import signals_held
+        with signals_held(), open(self._log, "ab") as out:      # a Ctrl-C waits until its pid is in the ledger
             self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
                                           start_new_session=True, text=True)
-        state.add("process", name="fork server", pid=self._proc.pid)
+            state.add("process", name="fork server", pid=self._proc.pid)
         self._ready = False
 
     def stop(self) -> None:
@@ -164,9 +165,10 @@ class Server:
     def last_words(self) -> str:
         """How the server ended (where it has) and its log's last line, for an error to quote."""
         from ..session import read_text
+        from .protocol import exit_text
         lines = [line.strip() for line in read_text(self._log).splitlines() if line.strip()]
         code = self._proc.poll()
-        how = [] if code is None else [f"ended by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"]
+        how = [] if code is None else [f"the server {exit_text(code)}"]
         return "; ".join(how + [f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"])
 
     def fork(self, argv: list[str], env: dict[str, str], log_path: str, netns: str | None, cgroup: str | None,

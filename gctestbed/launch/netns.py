@@ -103,6 +103,8 @@ class NetnsCluster:
     @staticmethod
     def kill(proc) -> None:
         """SIGKILL a worker and everything it started (its own process group)."""
+        if proc.pid is None:              # never forked (forkserver.Unforked): nothing to kill
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
 

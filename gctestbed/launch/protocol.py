@@ -4,6 +4,7 @@ neither inheriting the other); runner.run is the one lifecycle around it."""
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,3 +47,13 @@ class Launcher(Protocol):
 
     def down(self) -> list[str]:
         """Remove everything the ledger holds; what could not be removed."""
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, from its exit status as Popen gives it (negative: the signal)."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:                 # a real-time signal, which has no name
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

@@ -116,9 +116,11 @@ def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None
     round trip ``rtt_s``, a window a round trip counted in full frames on the wire. Reno: Mathis et
     al. 1997's 1.22 / sqrt(p) segments. Cubic: the larger of its two windows in RFC 8312 section
     5.1, that Reno-friendly one and its own ((C (3 + beta) / (4 (1 - beta)))^(1/4) x RTT^(3/4) /
-    p^(3/4) segments). None for any other, whose response to random loss is not one of these
-    (BBR's ignores it, up to some 20 %)."""
-    if congestion not in ("reno", "cubic"):
+    p^(3/4) segments). BBR: None, held to the rate (v1 keeps its rate through random loss, the
+    BBR paper: rate x (1 - p) up to some 5 %). Any other: Reno's window, which Linux's other
+    loss-based controls carry at least (dctcp answers a loss as Reno does, RFC 8257; htcp, bic,
+    highspeed are Reno-friendly; one that carries more misses above it)."""
+    if congestion.startswith("bbr"):
         return None
     window = math.sqrt(1.5 / loss)
     if congestion == "cubic":
