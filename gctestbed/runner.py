@@ -169,11 +169,11 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
             status = "ok" if error is None else "failed"
         finished = True
     except Interrupted as e:
-        error = f"interrupted by the user{_at_step(session.recorder if session else None, spec)}"
+        status, error = "failed", f"interrupted by the user{_at_step(session.recorder if session else None, spec)}"
         e.run_id = state.run_id
         raise
     except BaseException as e:
-        error = f"{type(e).__name__}: {e}"
+        status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
         with _signals_ignored():
@@ -364,8 +364,9 @@ def signals_raise() -> Iterator[None]:
     a copy of this stack through our teardown. Nor inside an import, nor in ``signals_held``: an
     extension's C init can swallow what is raised there (torch._C's import of numpy did, and a
     run stopped while torch imported went ahead, 4 of 25 timed signals), so the signal is sent
-    again RESIGNAL_S later, until it lands outside one. One still waiting when this ends is sent
-    at once to whatever handles it then (the handler outside, or the default action).
+    again RESIGNAL_S later, until it lands outside one. One still waiting when the block ends
+    raises Interrupted there, in the caller's try (not later, to the default action, which would
+    skip its teardown); where the block ends with an exception, that one goes on.
     """
     owner = os.getpid()
 
@@ -374,49 +375,64 @@ def signals_raise() -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if _closing:                   # the block is ending: it raises for what came
+            _closing.append(signum)
+            return
         if _held or _importing(frame):
-            _resends[signum] = resend = threading.Timer(RESIGNAL_S, _resend, (owner, signum))
-            resend.daemon = True
+            if (prior := _resends.pop(signum, None)) is not None:
+                prior.cancel()
+            resend = _resends[signum] = threading.Timer(RESIGNAL_S, _resend)
+            resend.args, resend.daemon = (owner, signum, resend), True
             resend.start()
             return
         raise_deferred(signum)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    ended_well = False
     try:
         yield
+        ended_well = True
     finally:
-        waiting = list(_resends)
-        _cancel_resends()
+        _closing.append(0)             # from here the handler only notes what comes
+        waiting = _take_resends(join=True)
         for s, h in old.items():
             signal.signal(s, h)
-        if os.getpid() == owner:
-            for signum in waiting:
-                os.kill(owner, signum)
+        waiting += [n for n in _closing if n]
+        _closing.clear()
+    if ended_well and waiting and os.getpid() == owner:
+        raise Interrupted(signal.Signals(waiting[0]).name)
 
 
-_resends: dict[int, threading.Timer] = {}     # a signal held back (an import, signals_held) -> what sends it again
+_resends: dict[int, threading.Timer] = {}     # a signal held back (an import, signals_held) -> what sends it again;
+#                                               changed in the main thread only (the handler, the block's end)
 _held: list[bool] = []                        # one entry per signals_held section open
+_closing: list[int] = []                      # while a signals_raise block ends: a marker, and the signals that came
 
 
-def _resend(owner: int, signum: int) -> None:
-    _resends.pop(signum, None)
-    os.kill(owner, signum)
+def _resend(owner: int, signum: int, me: threading.Timer) -> None:
+    if _resends.get(signum) is me:            # not superseded by a later one, nor taken
+        os.kill(owner, signum)
 
 
-def _cancel_resends() -> None:
-    for resend in _resends.values():
+def _take_resends(join: bool = False) -> list[int]:
+    """The signals held back, their re-sends cancelled (and, ``join``, finished where running)."""
+    taken = []
+    while _resends:
+        signum, resend = _resends.popitem()
         resend.cancel()
-    _resends.clear()
+        if join and resend.is_alive():
+            resend.join(1.0)
+        taken.append(signum)
+    return taken
 
 
 def raise_deferred(signum: int | None = None) -> None:
     """Raise Interrupted for ``signum``, or for a signal held back and waiting to be sent again
     (none waiting: return), so that a run stopped while torch imported (its flags read meanwhile)
     stops before it starts."""
-    if signum is None and not _resends:
+    taken = _take_resends()
+    if signum is None and not taken:
         return
-    name = signal.Signals(signum or next(iter(_resends))).name
-    _cancel_resends()
-    raise Interrupted(name)
+    raise Interrupted(signal.Signals(signum or taken[0]).name)
 
 
 @contextlib.contextmanager

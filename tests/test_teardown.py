@@ -146,30 +146,59 @@ def test_a_signal_inside_an_import_is_sent_again_once_the_import_is_done(tmp_pat
     del sys.modules["gct_signals_itself"]
 
 
-def test_a_signal_held_back_goes_to_whatever_handles_it_once_its_handler_ends(tmp_path, monkeypatch):
-    """A signal held back inside an import, whose signals_raise ends before it is sent again, is
-    sent at once to the handler outside (here an outer signals_raise): not 50 ms later to whatever
-    is there then (the default action: death by SIGTERM, with no teardown). One sent again while
-    teardown ignores signals is dropped and forgotten, not raised at the next run's start. Plants
-    that fail: no sending at the end (the code after the inner block ran); a re-send that leaves
-    its entry behind."""
+def test_a_signal_held_back_raises_where_its_block_ends_inside_the_callers_try(tmp_path, monkeypatch):
+    """A signal held back inside an import, still waiting when its signals_raise ends, raises
+    Interrupted there: inside the caller's try, so its teardown runs (sent 50 ms later instead, it
+    met the default action, death by SIGTERM with no teardown: helper-89); nested, it reaches the
+    outer block at once. One sent again while teardown ignores signals raises at the block's end
+    too, and nothing is left waiting for a next run. Plants that fail: the signal sent to itself at
+    the end (this test's process dies, rc 143); no raise at the end (DID NOT RAISE)."""
     from gctestbed import runner
     (tmp_path / "gct_signals_itself_fast.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    reached = []
+
+    def import_it():
+        sys.modules.pop("gct_signals_itself_fast", None)
+        __import__("gct_signals_itself_fast")
+    reached, torn_down = [], []
+    with pytest.raises(runner.Interrupted):
+        try:
+            with runner.signals_raise():               # a lone run's: the default action outside it
+                import_it()
+            reached.append("after the block")
+        finally:
+            torn_down.append(True)
+    assert reached == [] and torn_down == [True] and runner._resends == {}
     with pytest.raises(runner.Interrupted):
         with runner.signals_raise():                  # what handles it once the inner one has ended
             with runner.signals_raise():
-                import gct_signals_itself_fast  # noqa: F401
+                import_it()
             reached.append("after the inner block")
             time.sleep(1)
     assert reached == [] and runner._resends == {}
-    del sys.modules["gct_signals_itself_fast"]
-    with runner.signals_raise():
-        __import__("gct_signals_itself_fast")          # held back: sent again RESIGNAL_S later
-        assert list(runner._resends) == [signal.SIGTERM]
-        with runner._signals_ignored():               # teardown: the re-send lands here, and is dropped
-            time.sleep(4 * runner.RESIGNAL_S)
-        assert runner._resends == {}
-        runner.raise_deferred()                       # nothing waits: a next run starts
-    del sys.modules["gct_signals_itself_fast"]
+    monkeypatch.setattr(runner, "RESIGNAL_S", 0.3)    # room for the check below on a slow host
+    with pytest.raises(runner.Interrupted):
+        with runner.signals_raise():
+            import_it()                                # held back: sent again RESIGNAL_S later
+            assert list(runner._resends) == [signal.SIGTERM]
+            with runner._signals_ignored():           # teardown: the re-send lands here
+                time.sleep(1.0)
+    assert runner._resends == {}
+    runner.raise_deferred()                           # nothing waits: a next run starts
+    sys.modules.pop("gct_signals_itself_fast", None)
+
+
+def test_a_signal_inside_a_held_section_waits_for_its_end():
+    """Server's Popen and its ledger entry are one signals_held section: a SIGTERM there lets the
+    section finish (the pid written) and raises Interrupted at its end. Planted: signals_held a
+    no-op (the section was cut short)."""
+    from gctestbed import runner
+    done = []
+    with pytest.raises(runner.Interrupted):
+        with runner.signals_raise():
+            with runner.signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(2 * runner.RESIGNAL_S)     # the re-sends land here, and wait too
+                done.append("the section's end")
+            done.append("after the section")
+    assert done == ["the section's end"] and runner._resends == {}

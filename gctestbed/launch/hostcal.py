@@ -8,8 +8,8 @@ address, and the sending host measures idle RTT (ping, else the echo), then send
 reading the wire rate from its own NIC's htb class and RTT under that load. The goodput comes back
 from the receiver. Each path's target is the sender's shaped rate and the sum of both hosts'
 delays; through the sender's loss, what one flow of the sender's own congestion control carries
-(calibrate.path_target). Every host writes the same list of paths to OUT.json (numbered by the training's ranks),
-for its Session to judge and store.
+(calibrate.path_target). Every host writes the same list of paths to OUT.json (numbered by the
+training's ranks), for its Session to judge and store.
 
 Calibration and training share one rendezvous and one process group: a second torchrun job on the
 same rendezvous port raced the first one's shutdown (a host's new agent could meet the other
