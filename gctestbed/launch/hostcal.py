@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 from datetime import timedelta
+from typing import NamedTuple
 
 import torch.distributed as dist
 
@@ -47,33 +48,41 @@ def _rtts(addr: str, count: int, interval_s: float, first: bool) -> list[float]:
     return measure.ping(None, addr, count, interval_s, timeout_s=2.0)[0]
 
 
+class Host(NamedTuple):
+    """What each host tells the others before the paths are measured: its side of every path."""
+    address: str
+    rate_bps: int           # its egress rate: a path's rate is its sender's
+    delay_s: float          # its one-way delay: a path's round trip is both hosts'
+    loss: float             # its egress loss (a share, not percent): its data's
+    congestion: str         # the congestion control its flows run (nic.congestion_control)
+
+
 def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) -> list[calibrate.PathResult]:
     """Every ring path, one at a time; the same list on every host. ``group``: a Gloo group (the
     objects exchanged here are CPU tensors, which NCCL cannot carry)."""
     addr = nic.address(ifname)
     if addr is None:
         raise SystemExit(f"gctestbed: {ifname} has no IPv4 address to calibrate from")
-    # the host's egress (its data's loss), and the congestion control its flows run
-    me = (addr, spec.link.bw_bps, spec.link.latency_s, spec.link.loss_pct / 100, nic.congestion_control())
+    me = Host(addr, spec.link.bw_bps, spec.link.latency_s, spec.link.loss_pct / 100, nic.congestion_control())
     hosts: list = [None] * world
     dist.all_gather_object(hosts, me, group=group)
     paths = []
     for src, dst in calibrate.pairs(world):
-        target_rtt = hosts[src][2] + hosts[dst][2]
+        target_rtt = hosts[src].delay_s + hosts[dst].delay_s
         sink = None
         with contextlib.ExitStack() as receiving:
             if rank == dst:
-                sink = measure.Sink(None, me[0], WARMUP_S, PORT)
-                receiving.enter_context(measure.Echo(None, me[0]))
+                sink = measure.Sink(None, me.address, WARMUP_S, PORT)
+                receiving.enter_context(measure.Echo(None, me.address))
             dist.barrier(group=group)
             sent: tuple | str | None = None
             goodput = None
             if rank == src:
-                peer = hosts[dst][0]
+                peer = hosts[dst].address
                 try:
                     idle = calibrate.idle_rtt(lambda n: _rtts(peer, n, 0.02, first=True), target_rtt)
-                    target, lossy, window = calibrate.path_target(hosts[src][1], target_rtt, idle, hosts[src][3], SECONDS,
-                                                                  hosts[src][4])
+                    target, lossy, window = calibrate.path_target(hosts[src].rate_bps, target_rtt, idle, hosts[src].loss,
+                                                                  SECONDS, hosts[src].congestion)
                     wire, loaded = measure.send(None, peer, window, WARMUP_S, ifname, port=PORT,
                                                 probe_rtt=lambda: _rtts(peer, 10, window / 12, first=False))
                     sent = (idle, wire, measure.median(loaded), target, lossy)
@@ -87,7 +96,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
         both: list = [None] * world
         dist.all_gather_object(both, (sent, goodput), group=group)
         if isinstance(both[src][0], str):
-            raise SystemExit(f"gctestbed: calibration from {hosts[src][0]} to {hosts[dst][0]} failed: {both[src][0]}")
+            raise SystemExit(f"gctestbed: calibration from {hosts[src].address} to {hosts[dst].address} failed: {both[src][0]}")
         idle, wire, loaded, target, lossy = both[src][0]
         paths.append(calibrate.PathResult(src, dst, "builtin", target, target_rtt, wire, both[dst][1], idle, loaded, lossy))
     return paths
