@@ -141,6 +141,29 @@ def test_a_signal_as_the_run_ends_says_the_run_ended_and_how_it_is_recorded(monk
     assert "interrupted after run abc123 ended; it is recorded as ok" in result.output, result.output
 
 
+def test_a_signal_as_runner_run_returns_names_the_run_that_started(monkeypatch, tmp_path):
+    """The signal after runner.run took the early start but before its summary reached the
+    command (Interrupted with no run id): the run it started is named, not said never to have
+    started. Planted: that branch removed ("before the run started")."""
+    import contextlib
+    from types import SimpleNamespace
+    from gctestbed import runner
+    early = SimpleNamespace(taken=False, state=SimpleNamespace(run_id="def456"))
+
+    @contextlib.contextmanager
+    def early_start(*args):
+        yield early
+
+    def run(*args, **kwargs):
+        early.taken = True
+        raise runner.Interrupted("SIGTERM")                # as it returned: no run id on it
+    monkeypatch.setattr(runner, "early_start", early_start)
+    monkeypatch.setattr(runner, "run", run)
+    result = CliRunner().invoke(main, ["run", "--results", str(tmp_path)])
+    assert result.exit_code == 130, (result.output, result.exception)
+    assert "interrupted as run def456 ended ('gctestbed show def456' says how)" in result.output, result.output
+
+
 def test_the_in_process_helper_keeps_an_outer_time_limit():
     """``here`` sets its own alarm; a limit armed around it (a test's own) must survive, less the time taken."""
     import signal

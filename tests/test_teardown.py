@@ -134,14 +134,15 @@ def test_a_signal_inside_an_import_is_sent_again_once_the_import_is_done(tmp_pat
     Planted: the handler raising inside imports (the module's body is cut short)."""
     from gctestbed import runner
     (tmp_path / "gct_signals_itself.py").write_text(
-        "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nFINISHED = True\n")
+        "import os, signal, sys, time\nfrom gctestbed import runner\nIMPORTING = runner._importing(sys._getframe())\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nFINISHED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     imported = None
     with pytest.raises(runner.Interrupted):
         with runner.signals_raise():
             import gct_signals_itself as imported
             time.sleep(5)                        # the signal sent again lands here
-    assert imported is not None and imported.FINISHED
+    assert imported is not None and imported.FINISHED and imported.IMPORTING    # seen as inside an import
     assert not runner._importing(sys._getframe())
     del sys.modules["gct_signals_itself"]
 
