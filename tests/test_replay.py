@@ -49,6 +49,22 @@ def _ready(results_dir) -> dict[tuple[int, int, int], tuple[float, int]]:
         conn.close()
 
 
+def _release_errors(real, replayed, p: int, scale: float = 1.0) -> tuple[dict[tuple[int, int], float], float]:
+    """Per replayed (rank, bucket): the median over the steps after DDP's first two of how far its
+    ready time was from the recorded one of the same step x ``scale`` (rank r replays recorded rank
+    r mod ``p``, step s the recorded step s, so a step's own noise is replayed too); and the spread of
+    the recorded ready times (the latest bucket's median less the earliest's), the scale errors are
+    judged on. Step by step, not median against median: one late step moves a median of six by as
+    much as it was late (CI, 29 November: 10.0 ms in a 32 ms spread, every step within 2 ms but one)."""
+    slots = sorted({(r, q) for r, s, q in replayed if s >= 2})
+    errors = {(r, q): statistics.median(abs(t - scale * real[(r % p, s, q)][0])
+                                        for (r2, s, q2), (t, _) in replayed.items() if (r2, q2) == (r, q) and s >= 2)
+              for r, q in slots}
+    recorded = [statistics.median(t for (r, s, q2), (t, _) in real.items() if (r, q2) == slot and s >= 2)
+                for slot in sorted({(r, q) for r, s, q in real if s >= 2})]
+    return errors, scale * (max(recorded) - min(recorded))
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, kept, recorded):
@@ -57,17 +73,11 @@ def test_a_replay_releases_the_recorded_buckets_at_the_recorded_times(tmp_path, 
     real, replayed = _ready(real_dir), _ready(tmp_path / "replay")
     assert real.keys() == replayed.keys()
     assert all(real[k][1] == replayed[k][1] for k in real)              # the same buckets, the same payloads
-    # per rank and bucket (its place in the step), the median ready time over the steps after DDP's first two
-    slots = sorted({(r, q) for r, s, q in real if s >= 2})
-    assert len(slots) > 2 * 2, "the recorded run exchanged one bucket a step: nothing to order"
-
-    def median_ready(runs, slot):
-        return statistics.median(runs[(r, s, q)][0] for r, s, q in runs if (r, q) == slot and s >= 2)
-    recorded = {slot: median_ready(real, slot) for slot in slots}
-    errors = [abs(median_ready(replayed, slot) - recorded[slot]) for slot in slots]
-    spread = max(recorded.values()) - min(recorded.values())
-    # released when recorded: every bucket within a fifth of the spread of the recorded ready times
-    assert max(errors) <= 0.2 * spread, (errors, spread)
+    errors, spread = _release_errors(real, replayed, 2)
+    assert len(errors) > 2 * 2, "the recorded run exchanged one bucket a step: nothing to order"
+    # released when recorded: every bucket within a fifth of the spread of the recorded ready times (0.05
+    # to 0.06 in three runs on 29 November; planted, every bucket released at backward's end, 0.72)
+    assert max(errors.values()) <= 0.2 * spread, (errors, spread)
 
     # optim=recorded: every step's optimizer takes the recorded rank's time that step x scale, as the
     # replay's own store measured it (the real SGD on these 3.2 M parameters takes about a third of that)
@@ -159,17 +169,12 @@ def test_a_replay_on_more_nodes_replays_rank_r_mod_the_recorded_ranks(tmp_path, 
     real = {k: v for k, v in _ready(real_dir).items() if k[1] < 6}      # the steps replayed
     replayed = _ready(tmp_path / "replay")
     assert {r for r, _, _ in replayed} == {0, 1, 2, 3}
+    errors, spread = _release_errors(real, replayed, 2, K)
+    # every bucket within a quarter of the (stretched) spread; on the recorded node count, a fifth. Step
+    # by step, 0.04 to 0.11 of a 116-129 ms spread in three runs on 29 November; planted (every bucket
+    # released at backward's end), 0.57
+    assert {r for r, _ in errors} == {0, 1, 2, 3} and max(errors.values()) <= 0.25 * spread, (errors, spread)
     for rank in range(4):
-        slots = sorted({q for r, s, q in real if r == rank % 2 and s >= 2})
-        recorded = [K * statistics.median(real[(rank % 2, s, q)][0] for r, s, q in real if r == rank % 2 and s >= 2 and q == slot)
-                    for slot in slots]
-        mine = [statistics.median(replayed[(rank, s, q)][0] for r, s, q in replayed if r == rank and s >= 2 and q == slot)
-                for slot in slots]
-        spread = max(recorded) - min(recorded)
-        # every bucket within a quarter of the (stretched) spread; on the recorded node count, a fifth. Seen
-        # on 27 November with a busy host: 0.007 to 0.06 of a 154-218 ms spread; planted (every bucket
-        # released at backward's end), 0.82
-        assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.25 * spread, (rank, mine, recorded)
         # the recorded payloads, step by step (as a set per step: on 2 cores four nodes may hand two
         # buckets ready together to the hook in the other order, which renumbers them; seen once in CI)
         for step in {s for r, s, _ in replayed if r == rank}:
@@ -296,13 +301,11 @@ def test_a_mixed_run_trains_the_real_model_on_rank_0_beside_replayed_ranks(tmp_p
     assert all(v > 0 for v in losses[0]) and losses[0][-1] < losses[0][0], losses[0]
     assert all(v == 0 for v in losses[1]), losses[1]
     real, replayed = _ready(real_dir), _ready(tmp_path / "mixed")
-    slots = sorted({q for r, s, q in real if r == 1 and s >= 2})
-    recorded = [statistics.median(real[(1, s, q)][0] for r, s, q in real if r == 1 and s >= 2 and q == slot) for slot in slots]
-    mine = [statistics.median(replayed[(1, s, q)][0] for r, s, q in replayed if r == 1 and s >= 2 and q == slot) for slot in slots]
+    errors, spread = _release_errors(real, replayed, 2)
     # rank 0's real compute takes one of the host's two cores from the replaying rank, which then falls
-    # behind (measured in full runs on 26 November: 4.4 and 3.8 ms, 0.28 and 0.25 of the spread); half
-    # the spread still fails a release at backward's end or at its start (off by the whole spread)
-    assert max(abs(a - b) for a, b in zip(mine, recorded)) <= 0.5 * (max(recorded) - min(recorded)), (mine, recorded)
+    # behind: step by step 0.03 to 0.19 of the spread in five runs on 29 November (median against median,
+    # 0.25 and 0.28 on 26 November); planted (every bucket released at backward's end), 0.51
+    assert max(e for (r, _), e in errors.items() if r == 1) <= 0.3 * spread, (errors, spread)
 
 
 @pytest.mark.root
