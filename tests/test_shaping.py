@@ -133,23 +133,38 @@ def test_a_paths_target_is_what_one_flow_carries_through_its_loss_timed_for_50_l
     """By hand (Mathis et al.'s 1.2247 / sqrt(p) frames of 1514 bytes a round trip, the larger
     window at 10 ms; CUBIC's own, RFC 8312 5.1 with C = 0.4 and beta = 0.7, at 100 ms and 0.01 %):
     what a netns path and a host's path (launch/hostcal.py) are both held to. A BBR sender is held
-    to the rate, another loss-based one (dctcp) to Reno's window. Plants that fail: CUBIC's beta
-    0.8 (the original paper's); a host's BBR judged as cubic."""
+    to the rate, dctcp to Reno's window, and a control whose response RFCs give no average of (htcp)
+    to at least Reno's window and at most the rate. Plants that fail: CUBIC's beta 0.8 (the original
+    paper's); a host's BBR judged as cubic; htcp's floor judged both ways."""
     from gctestbed.net import calibrate
     frames = 1.2247 / math.sqrt(0.005)                                 # 17.32 a round trip
-    target, lossy, window = calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "cubic")
+    target, lossy, window, _ = calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "cubic")
     assert lossy and target == pytest.approx(frames * 1514 * 8 / 0.0102, rel=1e-3)           # 20.57 Mbit/s at the idle RTT
     assert window == pytest.approx(50 / (frames / 0.0102 * 0.005), rel=1e-3)                # 5.89 s
     assert calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "reno")[0] == target   # the same window
     assert calibrate.path_target(1_000_000_000, 0.010, 0.009, 0.005, 1.5, "cubic")[0] == pytest.approx(frames * 1514 * 8 / 0.010, rel=1e-3)
-    assert calibrate.path_target(10_000_000, 0.010, 0.0102, 0.005, 1.5, "cubic") == (10_000_000, False, 1.5)   # the rate binds
-    assert calibrate.path_target(1_000_000_000, 0.010, None, 0.0, 1.5, "cubic") == (1_000_000_000, False, 1.5)
+    assert calibrate.path_target(10_000_000, 0.010, 0.0102, 0.005, 1.5, "cubic") == (10_000_000, False, 1.5, None)   # the rate binds
+    assert calibrate.path_target(1_000_000_000, 0.010, None, 0.0, 1.5, "cubic") == (1_000_000_000, False, 1.5, None)
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.001, 1.5, "cubic")[2] == 8.0          # capped: 3 losses
     # CUBIC's own window: 1.0538 x 0.1^0.75 / 0.0001^0.75 = 187.4 segments a round trip (Reno's 122.5)
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "cubic")[0] == pytest.approx(187.40 * 1514 * 8 / 0.1, rel=1e-3)
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "reno")[0] == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3)
-    assert calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "bbr") == (1_000_000_000, False, 1.5)
-    assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "dctcp")[0] == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3)
+    assert calibrate.path_target(1_000_000_000, 0.010, 0.0102, 0.005, 1.5, "bbr") == (1_000_000_000, False, 1.5, None)
+    assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "dctcp")[:2] == (pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3), True)
+    htcp = calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "htcp")
+    assert htcp.bps == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3) and htcp.ceiling_bps == 1_000_000_000
+    assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "dctcp").ceiling_bps is None
+    # judged: Reno's kind and cubic within 25 % of their average either way; htcp from 25 % under its
+    # floor (14.8 Mbit/s) up to 10 % over the rate
+    def miss(target, wire):
+        return calibrate.PathResult(0, 1, "iperf3", target.bps, 0.1, wire, wire, 0.1, 0.1, target.loss_limited,
+                                    target.ceiling_bps).miss
+    reno = calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "reno")
+    assert miss(reno, 1.2 * reno.bps) is None and "target of" in miss(reno, 1.3 * reno.bps) and miss(reno, 0.7 * reno.bps)
+    for wire in (0.8 * htcp.bps, 1.3 * htcp.bps, 30 * htcp.bps, 1.09e9):
+        assert miss(htcp, wire) is None, wire
+    for wire in (0.7 * htcp.bps, 1.11e9, None):
+        assert "at least 14.8" in miss(htcp, wire) and "at most its rate, 1000 Mbit/s" in miss(htcp, wire), wire
 
 
 def test_teardown_leaves_nothing(state_dir):

@@ -81,11 +81,11 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
                 peer = hosts[dst].address
                 try:
                     idle = calibrate.idle_rtt(lambda n: _rtts(peer, n, 0.02, first=True), target_rtt)
-                    target, lossy, window = calibrate.path_target(hosts[src].rate_bps, target_rtt, idle, hosts[src].loss,
-                                                                  SECONDS, hosts[src].congestion)
-                    wire, loaded = measure.send(None, peer, window, WARMUP_S, ifname, port=PORT,
-                                                probe_rtt=lambda: _rtts(peer, 10, window / 12, first=False))
-                    sent = (idle, wire, measure.median(loaded), target, lossy)
+                    target = calibrate.path_target(hosts[src].rate_bps, target_rtt, idle, hosts[src].loss,
+                                                   SECONDS, hosts[src].congestion)
+                    wire, loaded = measure.send(None, peer, target.seconds, WARMUP_S, ifname, port=PORT,
+                                                probe_rtt=lambda: _rtts(peer, 10, target.seconds / 12, first=False))
+                    sent = (idle, wire, measure.median(loaded), target)
                 except OSError as e:            # the peer cannot be reached: every host says so, none hangs
                     sent = f"{type(e).__name__}: {e}"
             if sink:
@@ -97,8 +97,9 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
         dist.all_gather_object(both, (sent, goodput), group=group)
         if isinstance(both[src][0], str):
             raise SystemExit(f"gctestbed: calibration from {hosts[src].address} to {hosts[dst].address} failed: {both[src][0]}")
-        idle, wire, loaded, target, lossy = both[src][0]
-        paths.append(calibrate.PathResult(src, dst, "builtin", target, target_rtt, wire, both[dst][1], idle, loaded, lossy))
+        idle, wire, loaded, target = both[src][0]
+        paths.append(calibrate.PathResult(src, dst, "builtin", target.bps, target_rtt, wire, both[dst][1], idle, loaded,
+                                          target.loss_limited, target.ceiling_bps))
     return paths
 
 

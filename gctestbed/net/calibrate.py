@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..spec import TopologySpec, series_loss_pct
 from . import measure, namespaces
@@ -48,6 +48,12 @@ class PathResult:
     rtt_idle_s: float | None
     rtt_loaded_s: float | None
     loss_limited: bool = False       # the target is loss_limited_bps, below the path's rate
+    ceiling_bps: int | None = None   # where that is a floor (Reno's window, which the sender's control carries
+    #                                  at least): the path's rate, the most its flow may carry
+
+    @property
+    def floor(self) -> bool:
+        return self.ceiling_bps is not None
 
     @property
     def rate_error(self) -> float | None:
@@ -56,8 +62,12 @@ class PathResult:
     @property
     def miss(self) -> str | None:
         """Why this path misses its target, or None."""
-        if self.wire_bps is None or abs(self.rate_error) > (LOSS_TOLERANCE if self.loss_limited else TOLERANCE):
-            got = "no wire rate" if self.wire_bps is None else f"{self.wire_bps / 1e6:.1f} Mbit/s"
+        got = "no wire rate" if self.wire_bps is None else f"{self.wire_bps / 1e6:.1f} Mbit/s"
+        if self.floor:
+            if self.wire_bps is None or self.rate_error < -LOSS_TOLERANCE or self.wire_bps > self.ceiling_bps * (1 + TOLERANCE):
+                return (f"node {self.src} -> {self.dst}: {got} against at least {self.target_bps / 1e6:g} Mbit/s (what "
+                        f"Reno carries through the path's loss) and at most its rate, {self.ceiling_bps / 1e6:g} Mbit/s")
+        elif self.wire_bps is None or abs(self.rate_error) > (LOSS_TOLERANCE if self.loss_limited else TOLERANCE):
             return (f"node {self.src} -> {self.dst}: {got} against a target of {self.target_bps / 1e6:g} Mbit/s"
                     + (" (what TCP carries through the path's loss)" if self.loss_limited else ""))
         if self.rtt_idle_s is None or rtt_misses(self.rtt_idle_s, self.target_rtt_s):
@@ -109,6 +119,7 @@ def path_loss(topo: TopologySpec, src: int, dst: int) -> float:
 
 
 CUBIC_C, CUBIC_BETA = 0.4, 0.7        # CUBIC's constants (RFC 8312)
+RENO_LIKE = ("reno", "dctcp")         # controls that answer a loss as Reno does (dctcp: RFC 8257), averaging its window
 
 
 def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None:
@@ -118,14 +129,29 @@ def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None
     5.1, that Reno-friendly one and its own ((C (3 + beta) / (4 (1 - beta)))^(1/4) x RTT^(3/4) /
     p^(3/4) segments). BBR: None, held to the rate (v1 keeps its rate through random loss, the
     BBR paper: rate x (1 - p) up to some 5 %). Any other: Reno's window, which Linux's other
-    loss-based controls carry at least (dctcp answers a loss as Reno does, RFC 8257; htcp, bic,
-    highspeed are Reno-friendly; one that carries more misses above it)."""
+    loss-based controls carry at least (htcp, bic, highspeed are Reno-friendly): a floor there
+    (carried_at_least)."""
     if congestion.startswith("bbr"):
         return None
     window = math.sqrt(1.5 / loss)
     if congestion == "cubic":
         window = max(window, (CUBIC_C * (3 + CUBIC_BETA) / (4 * (1 - CUBIC_BETA))) ** 0.25 * rtt_s ** 0.75 / loss ** 0.75)
     return window * FRAME_BYTES * 8 / rtt_s
+
+
+def carried_at_least(congestion: str) -> bool:
+    """Whether loss_limited_bps is only the least a flow of ``congestion`` carries through loss (a
+    loss-based control other than Reno's kind and CUBIC, whose averages it gives)."""
+    return not (congestion in RENO_LIKE or congestion == "cubic" or congestion.startswith("bbr"))
+
+
+class Target(NamedTuple):
+    """What a path is held to (path_target)."""
+
+    bps: int                         # the rate its flow should carry ...
+    loss_limited: bool               # ... which its loss sets, below its rate
+    seconds: float                   # how long to time the flow
+    ceiling_bps: int | None = None   # where bps is a floor (carried_at_least): the path's rate, the most
 
 
 def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: float = 1.0,
@@ -137,13 +163,14 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
         a, b = nodes[src], nodes[dst]
         rate, rtt = targets(topo, src, dst)
         idle = idle_rtt(lambda n: measure.rtt_s(a.netns, b.netns, b.address, count=n), rtt)
-        target, lossy, window = path_target(rate, rtt, idle, path_loss(topo, src, dst), seconds, TCP_CONGESTION_CONTROL)
+        target = path_target(rate, rtt, idle, path_loss(topo, src, dst), seconds, TCP_CONGESTION_CONTROL)
         if use_iperf:
-            flow = _iperf3(a, b, window, warmup_s)
+            flow = _iperf3(a, b, target.seconds, warmup_s)
         else:
-            flow = measure.throughput(b.netns, b.address, a.netns, seconds=window, warmup_s=warmup_s, probe_rtt=True)
-        results.append(PathResult(src, dst, "iperf3" if use_iperf else "builtin", target, rtt, flow.wire_bps,
-                                  flow.goodput_bps, idle, measure.median(flow.rtt_loaded_s), lossy))
+            flow = measure.throughput(b.netns, b.address, a.netns, seconds=target.seconds, warmup_s=warmup_s, probe_rtt=True)
+        results.append(PathResult(src, dst, "iperf3" if use_iperf else "builtin", target.bps, rtt, flow.wire_bps,
+                                  flow.goodput_bps, idle, measure.median(flow.rtt_loaded_s), target.loss_limited,
+                                  target.ceiling_bps))
     return results
 
 
@@ -162,17 +189,19 @@ def idle_rtt(probe: Callable[[int], list[float]], target_s: float) -> float | No
 
 
 def path_target(rate_bps: int, rtt_s: float, idle_s: float | None, loss: float, seconds: float,
-                congestion: str) -> tuple[int, bool, float]:
-    """(target rate, whether loss sets it, seconds to time the flow) of a path of bottleneck
+                congestion: str) -> Target:
+    """What a path of bottleneck
     ``rate_bps`` and round trip ``rtt_s`` (measured idle: ``idle_s``) that loses ``loss`` of its
     packets, whose sender's flows run ``congestion`` control (a node's: topology's
     TCP_CONGESTION_CONTROL; a host's: its own default): through loss, what one such flow carries at
     the round trip it meets (the host adds its own), timed for ``lossy_seconds``, where that is
-    known (loss_limited_bps) and below the rate."""
+    known (loss_limited_bps) and below the rate, as the least it carries where that is all the
+    response function says (carried_at_least)."""
     carried = loss_limited_bps(max(idle_s or rtt_s, rtt_s, 1e-4), loss, congestion) if loss > 0 else None
     if carried is None or carried >= rate_bps:
-        return rate_bps, False, seconds
-    return round(carried), True, lossy_seconds(carried, loss, seconds)
+        return Target(rate_bps, False, seconds)
+    return Target(round(carried), True, lossy_seconds(carried, loss, seconds),
+                  rate_bps if carried_at_least(congestion) else None)
 
 
 def lossy_seconds(carried_bps: float, loss: float, seconds: float) -> float:
