@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -100,8 +101,12 @@ def test_a_lossy_path_is_calibrated_against_what_tcp_carries_through_its_loss(le
         assert window == pytest.approx(50 / (mathis / (1514 * 8) * 0.005), rel=0.01), window
         assert p.wire_bps < 0.1 * 1_000_000_000, p.wire_bps          # the loss bites: far below the link
         # the rate held to it (its RTT is test_emulation's: in CI this path's idle RTT read 11.1 and 11.4 ms,
-        # above the 10.25 ms it read under load, a host effect on the relay that this test is not about)
+        # above the 10.25 ms it read under load and calibrate's 1 ms slack; not the relay's wake-up, measured
+        # on 28 November, likely the host: shown as a warning, and a delay missing from one way still fails)
         assert abs(p.rate_error) <= calibrate.LOSS_TOLERANCE, (p.wire_bps, p.target_bps)
+        assert abs(p.rtt_idle_s - 0.010) < 0.0025, p.rtt_idle_s
+        if p.miss:
+            warnings.warn(f"the lossy path's idle RTT missed calibrate's rule: {p.miss}")
 
 
 def test_an_idle_rtt_lifted_by_a_hiccup_is_probed_again_and_a_wrong_delay_still_misses():
