@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -19,6 +18,7 @@ from typing import Callable, Iterator
 import psutil
 
 from . import hostcpu, results
+from .interrupts import Interrupted, raise_deferred, signals_ignored, signals_raise
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
@@ -35,16 +35,7 @@ Progress = Callable[[int, int, dict], None]
 Phase = Callable[[str], None]
 POLL_S = 0.25
 STALL_GRACE_S = 30      # beyond --timeout: no step from any node this long stops the run
-RESIGNAL_S = 0.05        # a signal that landed inside an import is sent again this much later
 HUNG_GRACE_S = 3.0      # after a collective timed out, how long the other nodes get to fail too
-
-
-class Interrupted(BaseException):
-    """The run was stopped by SIGINT or SIGTERM; the cluster has been torn down. ``run_id``: the
-    run's, once it had one. A BaseException, as KeyboardInterrupt is: a library's ``except
-    Exception`` (in an import, in a build) must not swallow it."""
-
-    run_id: str | None = None
 
 
 @dataclass
@@ -86,7 +77,7 @@ def early_start(launcher: str, command: tuple | list, results_dir: str) -> Itera
             yield early
     finally:
         if state is not None and (early is None or not early.taken):
-            with _signals_ignored():
+            with signals_ignored():
                 state.undo()
 
 
@@ -176,7 +167,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
         status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
-        with _signals_ignored():
+        with signals_ignored():
             stats = session.read_counters(cluster.final_counters) if session is not None else None   # before teardown
             problems = cluster.down() if cluster is not None else state.undo()
             phases["teardown_s"] = laps.lap()
@@ -353,119 +344,6 @@ def _log_tail(path: str) -> str:
 def _at_step(recorder: results.Recorder | None, spec: RunSpec) -> str:
     row = results.last_step(recorder.conn, spec.run_id, 0) if recorder else None
     return f" after step {row['step']}" if row else ""
-
-
-@contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGINT and SIGTERM become Interrupted, so teardown runs in the finally of the caller.
-
-    Only in this process: pyroute2 forks helpers (to open sockets inside namespaces) and
-    subprocess forks before exec; a signal there must end that child the default way, not unwind
-    a copy of this stack through our teardown. Nor inside an import, nor in ``signals_held``: an
-    extension's C init can swallow what is raised there (torch._C's import of numpy did, and a
-    run stopped while torch imported went ahead, 4 of 25 timed signals), so the signal is sent
-    again RESIGNAL_S later, until it lands outside one. One still waiting when the block ends
-    raises Interrupted there, in the caller's try (not later, to the default action, which would
-    skip its teardown); where the block ends with an exception, that one goes on.
-    """
-    owner = os.getpid()
-
-    def handler(signum, frame):
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        if _closing:                   # the block is ending: it raises for what came
-            _closing.append(signum)
-            return
-        if _held or _importing(frame):
-            if (prior := _resends.pop(signum, None)) is not None:
-                prior.cancel()
-            resend = _resends[signum] = threading.Timer(RESIGNAL_S, _resend)
-            resend.args, resend.daemon = (owner, signum, resend), True
-            resend.start()
-            return
-        raise_deferred(signum)
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    ended_well = False
-    try:
-        yield
-        ended_well = True
-    finally:
-        _closing.append(0)             # from here the handler only notes what comes
-        waiting = _take_resends(join=True)
-        for s, h in old.items():
-            signal.signal(s, h)
-        waiting += [n for n in _closing if n]
-        _closing.clear()
-    if ended_well and waiting and os.getpid() == owner:
-        raise Interrupted(signal.Signals(waiting[0]).name)
-
-
-_resends: dict[int, threading.Timer] = {}     # a signal held back (an import, signals_held) -> what sends it again;
-#                                               changed in the main thread only (the handler, the block's end)
-_held: list[bool] = []                        # one entry per signals_held section open
-_closing: list[int] = []                      # while a signals_raise block ends: a marker, and the signals that came
-
-
-def _resend(owner: int, signum: int, me: threading.Timer) -> None:
-    if _resends.get(signum) is me:            # not superseded by a later one, nor taken
-        os.kill(owner, signum)
-
-
-def _take_resends(join: bool = False) -> list[int]:
-    """The signals held back, their re-sends cancelled (and, ``join``, finished where running)."""
-    taken = []
-    while _resends:
-        signum, resend = _resends.popitem()
-        resend.cancel()
-        if join and resend.is_alive():
-            resend.join(1.0)
-        taken.append(signum)
-    return taken
-
-
-def raise_deferred(signum: int | None = None) -> None:
-    """Raise Interrupted for ``signum``, or for a signal held back and waiting to be sent again
-    (none waiting: return), so that a run stopped while torch imported (its flags read meanwhile)
-    stops before it starts."""
-    taken = _take_resends()
-    if signum is None and not taken:
-        return
-    raise Interrupted(signal.Signals(signum or taken[0]).name)
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Under ``signals_raise``, SIGINT and SIGTERM wait for the end of this section, where what
-    it made is not in its ledger yet (a process started, its pid not written)."""
-    _held.append(True)
-    try:
-        yield
-    finally:
-        _held.pop()
-    if not _held:
-        raise_deferred()
-
-
-def _importing(frame) -> bool:
-    """Whether ``frame`` runs inside an import (under importlib's frames)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """A second Ctrl-C must not cut teardown short."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def clean() -> tuple[list[str], list[str]]:

@@ -18,7 +18,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from . import flags, results, runner
+from . import flags, interrupts, results, runner
 from .launch import slurm
 from .launch import state as ledger
 from .launch.kept import KeptNetwork
@@ -234,7 +234,7 @@ def todo(cells: list[Cell], name: str, results_dir: str, retry_failed: bool = Fa
 def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], None] = lambda c: None,
         on_done: Callable[[Cell, results.RunSummary], None] = lambda c, s: None) -> dict[str, float]:
     """Run ``cells`` of sweep ``name`` in order, each on the network of the cells before it where
-    it fits (``grid.keep``, launch/kept.py). Ctrl-C (runner.Interrupted or KeyboardInterrupt)
+    it fits (``grid.keep``, launch/kept.py). Ctrl-C (interrupts.Interrupted or KeyboardInterrupt)
     marks the current cell interrupted and propagates; the store stays resumable. What the cells
     shared and could not remove is an error where the cells raised none, and a note on the error
     where they did (as launch.kept.kept_for)."""
@@ -251,7 +251,7 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             results.mark_cell(conn, name, cell.key, cell.repeat, "running")
             on_start(cell)
             if hosts is not None:
-                with runner.signals_raise():        # as a run's: Ctrl-C and SIGTERM stop the step, even where
+                with interrupts.signals_raise():        # as a run's: Ctrl-C and SIGTERM stop the step, even where
                     summary = hosts.run(cell, measure)          # the sweep was started with SIGINT ignored
             else:
                 summary = runner.run(cell.spec.replace(calibrate=measure), kept=kept, fresh=not grid.keep)
@@ -263,7 +263,7 @@ def run(grid: Grid, name: str, cells: list[Cell], on_start: Callable[[Cell], Non
             on_done(cell, summary)
     except BaseException as e:
         try:
-            if current is not None and isinstance(e, (runner.Interrupted, KeyboardInterrupt)):
+            if current is not None and isinstance(e, (interrupts.Interrupted, KeyboardInterrupt)):
                 results.mark_cell(conn, name, current.key, current.repeat, "interrupted", getattr(e, "run_id", None))
         finally:
             try:

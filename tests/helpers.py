@@ -92,7 +92,7 @@ def kept_runs(limit_s: int = 600):
     3 s limit ended a 200-step run after 3.2 s with nothing left, and a run stuck before its
     handler after the limit and the grace); the network is removed afterwards, pass or fail.
     Ctrl-C during a run stops the test session, as around a subprocess."""
-    from gctestbed import flags, runner
+    from gctestbed import flags, interrupts, runner
     from gctestbed.launch.kept import kept_for
 
     def run(**typed) -> str:
@@ -107,13 +107,13 @@ def kept_runs(limit_s: int = 600):
             signal.alarm(GRACE_S)
             # stop the run as Ctrl-C would, where runner.run's own handler will tear it down; elsewhere (its
             # teardown, where signals are ignored, or before that handler) it gets GRACE_S to end on its own
-            if getattr(signal.getsignal(signal.SIGTERM), "__module__", None) == runner.__name__:
+            if getattr(signal.getsignal(signal.SIGTERM), "__module__", None) == interrupts.__name__:
                 os.kill(os.getpid(), signal.SIGTERM)
         before = signal.signal(signal.SIGALRM, too_long)
         signal.alarm(limit_s)
         try:
             summary = runner.run(spec, kept=kept)
-        except runner.Interrupted:
+        except interrupts.Interrupted:
             if late:
                 raise TimeoutError(f"a run took over {limit_s} s (torn down)") from None
             raise KeyboardInterrupt from None

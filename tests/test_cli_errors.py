@@ -100,14 +100,14 @@ def test_a_command_stopped_while_it_reads_its_flags_leaves_nothing(tmp_path, sta
 
 @pytest.mark.parametrize("where", ["verify", "bench_scale", "run_flags"])
 def test_an_interruption_no_command_reports_exits_130_in_one_line(monkeypatch, tmp_path, where):
-    """Ctrl-C (KeyboardInterrupt) or a run's SIGTERM (runner.Interrupted) out of any command: one
+    """Ctrl-C (KeyboardInterrupt) or a run's SIGTERM (interrupts.Interrupted) out of any command: one
     line and 130, not a traceback (Interrupted) or click's "Aborted!" and 1 (KeyboardInterrupt).
     Planted: the group without its handler (verify: a traceback, exit 1)."""
-    from gctestbed import flags, runner, verify
+    from gctestbed import flags, interrupts, verify
     from gctestbed.bench import scale
 
     def stop(*args, **kwargs):
-        raise (KeyboardInterrupt if where == "run_flags" else runner.Interrupted("SIGTERM"))
+        raise (KeyboardInterrupt if where == "run_flags" else interrupts.Interrupted("SIGTERM"))
     if where == "verify":
         monkeypatch.setattr(verify, "run", stop)
         args = ["verify", "--compressor", "fp16", "--results", str(tmp_path)]
@@ -128,12 +128,12 @@ def test_a_signal_as_the_run_ends_says_the_run_ended_and_how_it_is_recorded(monk
     reviewer's case). Planted: the branch for it removed (it fails)."""
     import contextlib
     from types import SimpleNamespace
-    from gctestbed import runner
+    from gctestbed import interrupts, runner
 
     @contextlib.contextmanager
     def early_start(*args):
         yield None
-        raise runner.Interrupted("SIGINT")              # the signal, as the with ends
+        raise interrupts.Interrupted("SIGINT")              # the signal, as the with ends
     monkeypatch.setattr(runner, "early_start", early_start)
     monkeypatch.setattr(runner, "run", lambda *a, **k: SimpleNamespace(run_id="abc123", status="ok"))
     result = CliRunner().invoke(main, ["run", "--results", str(tmp_path)])
@@ -147,7 +147,7 @@ def test_a_signal_as_runner_run_returns_names_the_run_that_started(monkeypatch, 
     started. Planted: that branch removed ("before the run started")."""
     import contextlib
     from types import SimpleNamespace
-    from gctestbed import runner
+    from gctestbed import interrupts, runner
     early = SimpleNamespace(taken=False, state=SimpleNamespace(run_id="def456"))
 
     @contextlib.contextmanager
@@ -156,7 +156,7 @@ def test_a_signal_as_runner_run_returns_names_the_run_that_started(monkeypatch, 
 
     def run(*args, **kwargs):
         early.taken = True
-        raise runner.Interrupted("SIGTERM")                # as it returned: no run id on it
+        raise interrupts.Interrupted("SIGTERM")                # as it returned: no run id on it
     monkeypatch.setattr(runner, "early_start", early_start)
     monkeypatch.setattr(runner, "run", run)
     result = CliRunner().invoke(main, ["run", "--results", str(tmp_path)])

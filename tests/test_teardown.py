@@ -114,12 +114,12 @@ def test_a_normal_run_leaves_nothing(tmp_path, state_dir):
 
 
 def test_a_signal_in_a_run_is_not_swallowed_by_a_librarys_except_exception():
-    """runner.signals_raise turns SIGTERM into Interrupted, a BaseException as KeyboardInterrupt is:
+    """interrupts.signals_raise turns SIGTERM into Interrupted, a BaseException as KeyboardInterrupt is:
     an 'except Exception' in code the run calls (an import, a build) lets it through, and the run
     is torn down. Planted: Interrupted an Exception, which that handler swallowed."""
-    from gctestbed import runner
-    with pytest.raises(runner.Interrupted):
-        with runner.signals_raise():
+    from gctestbed import interrupts
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.signals_raise():
             try:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5)
@@ -132,18 +132,18 @@ def test_a_signal_inside_an_import_is_sent_again_once_the_import_is_done(tmp_pat
     stopped while torch imported went ahead), so a signal inside an import raises Interrupted only
     once the import is done. A module that signals itself mid-body stands in for that import.
     Planted: the handler raising inside imports (the module's body is cut short)."""
-    from gctestbed import runner
+    from gctestbed import interrupts
     (tmp_path / "gct_signals_itself.py").write_text(
-        "import os, signal, sys, time\nfrom gctestbed import runner\nIMPORTING = runner._importing(sys._getframe())\n"
+        "import os, signal, sys, time\nfrom gctestbed import interrupts\nIMPORTING = interrupts._importing(sys._getframe())\n"
         "os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nFINISHED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     imported = None
-    with pytest.raises(runner.Interrupted):
-        with runner.signals_raise():
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.signals_raise():
             import gct_signals_itself as imported
             time.sleep(5)                        # the signal sent again lands here
     assert imported is not None and imported.FINISHED and imported.IMPORTING    # seen as inside an import
-    assert not runner._importing(sys._getframe())
+    assert not interrupts._importing(sys._getframe())
     del sys.modules["gct_signals_itself"]
 
 
@@ -154,7 +154,7 @@ def test_a_signal_held_back_raises_where_its_block_ends_inside_the_callers_try(t
     outer block at once. One sent again while teardown ignores signals raises at the block's end
     too, and nothing is left waiting for a next run. Plants that fail: the signal sent to itself at
     the end (this test's process dies, rc 143); no raise at the end (DID NOT RAISE)."""
-    from gctestbed import runner
+    from gctestbed import interrupts
     (tmp_path / "gct_signals_itself_fast.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
@@ -162,30 +162,30 @@ def test_a_signal_held_back_raises_where_its_block_ends_inside_the_callers_try(t
         sys.modules.pop("gct_signals_itself_fast", None)
         __import__("gct_signals_itself_fast")
     reached, torn_down = [], []
-    with pytest.raises(runner.Interrupted):
+    with pytest.raises(interrupts.Interrupted):
         try:
-            with runner.signals_raise():               # a lone run's: the default action outside it
+            with interrupts.signals_raise():               # a lone run's: the default action outside it
                 import_it()
             reached.append("after the block")
         finally:
             torn_down.append(True)
-    assert reached == [] and torn_down == [True] and runner._resends == {}
-    with pytest.raises(runner.Interrupted):
-        with runner.signals_raise():                  # what handles it once the inner one has ended
-            with runner.signals_raise():
+    assert reached == [] and torn_down == [True] and interrupts.waiting() == []
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.signals_raise():                  # what handles it once the inner one has ended
+            with interrupts.signals_raise():
                 import_it()
             reached.append("after the inner block")
             time.sleep(1)
-    assert reached == [] and runner._resends == {}
-    monkeypatch.setattr(runner, "RESIGNAL_S", 0.3)    # room for the check below on a slow host
-    with pytest.raises(runner.Interrupted):
-        with runner.signals_raise():
+    assert reached == [] and interrupts.waiting() == []
+    monkeypatch.setattr(interrupts, "RESIGNAL_S", 0.3)    # room for the check below on a slow host
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.signals_raise():
             import_it()                                # held back: sent again RESIGNAL_S later
-            assert list(runner._resends) == [signal.SIGTERM]
-            with runner._signals_ignored():           # teardown: the re-send lands here
+            assert interrupts.waiting() == [signal.SIGTERM]
+            with interrupts.signals_ignored():           # teardown: the re-send lands here
                 time.sleep(1.0)
-    assert runner._resends == {}
-    runner.raise_deferred()                           # nothing waits: a next run starts
+    assert interrupts.waiting() == []
+    interrupts.raise_deferred()                           # nothing waits: a next run starts
     sys.modules.pop("gct_signals_itself_fast", None)
 
 
@@ -193,13 +193,13 @@ def test_a_signal_inside_a_held_section_waits_for_its_end():
     """Server's Popen and its ledger entry are one signals_held section: a SIGTERM there lets the
     section finish (the pid written) and raises Interrupted at its end. Planted: signals_held a
     no-op (the section was cut short)."""
-    from gctestbed import runner
+    from gctestbed import interrupts
     done = []
-    with pytest.raises(runner.Interrupted):
-        with runner.signals_raise():
-            with runner.signals_held():
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.signals_raise():
+            with interrupts.signals_held():
                 os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(2 * runner.RESIGNAL_S)     # the re-sends land here, and wait too
+                time.sleep(2 * interrupts.RESIGNAL_S)     # the re-sends land here, and wait too
                 done.append("the section's end")
             done.append("after the section")
-    assert done == ["the section's end"] and runner._resends == {}
+    assert done == ["the section's end"] and interrupts.waiting() == []

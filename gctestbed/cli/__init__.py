@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
-from ..runner import Interrupted
+from ..interrupts import Interrupted
 from ..spec import UserError
 
 console = Console(stderr=True)

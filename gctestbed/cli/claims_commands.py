@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.console import Console
 
-from .. import runner
+from .. import interrupts
 from ..claims import catalog, judge as judge_, page
 from ..claims.experiments import EXPERIMENTS
 from ..spec import LAUNCHERS
@@ -105,7 +105,7 @@ def run_(ids, every, quick, repeat, launcher, device, baseline, results_dir, out
             judge_.run(chosen, quick, results_dir, repeat, launcher, baseline, device,
                        on_cell=lambda name, cell: status.update(f"{name}: {cell.params['compressor']} @ "
                                                                 f"{cell.params['bw']}, {cell.params['workload']}"))
-    except (runner.Interrupted, KeyboardInterrupt):
+    except (interrupts.Interrupted, KeyboardInterrupt):
         console.print("interrupted: the current cell was torn down; run the same command again to resume")
         sys.exit(130)
     results, controls = judge_.judge_all(chosen, quick, results_dir, repeat, baseline, device)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .. import flags, results, runner, tracefile
+from .. import flags, interrupts, results, runner, tracefile
 from .. import trace as trace_
 from .. import sweep as sweep_
 from .. import verify as verify_
@@ -77,7 +77,7 @@ def run(nodes, bw, bw_down, latency, jitter, loss, latency_impl, topology_file, 
                     bar.update(task, completed=done, info=f"{loss_text}step {row['step_s'] / spec.dilate:.3f}s")
 
                 summary = runner.run(spec, progress, lambda text: bar.update(task, info=text), early=early)
-    except runner.Interrupted as e:     # Ctrl-C or SIGTERM (early_start's and runner.run's signals_raise): while the
+    except interrupts.Interrupted as e:     # Ctrl-C or SIGTERM (early_start's and runner.run's signals_raise): while the
         #                                 flags were read (the early start undone), in the run, or as it ended
         if summary is not None:
             console.print(f"interrupted after run {summary.run_id} ended; it is recorded as {summary.status}")
@@ -222,7 +222,7 @@ def sweep(preset, steps, repeat, bucket_cap_mb, kernel_mode, launcher, partition
 
         try:
             counts = sweep_.run(grid, name, left, started, done)
-        except (runner.Interrupted, KeyboardInterrupt):
+        except (interrupts.Interrupted, KeyboardInterrupt):
             console.print(f"interrupted: the current cell was torn down; run the same command again to resume {name}")
             sys.exit(130)
     click.echo(f"sweep {name}: {counts['ok']} ok, {counts['failed']} failed; "

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import traceback
 
+from ..interrupts import signals_held
+
 READY = "ready"
 TICK_S = 1.0         # how often the server looks for its parent's death while idle
 
@@ -132,7 +134,6 @@ class Server:
         state.add("dir", name=directory)
         os.makedirs(directory, mode=0o700)
         self._log = _log_beside(self.socket)
-        from ..runner import signals_held
         with signals_held(), open(self._log, "ab") as out:      # a Ctrl-C waits until its pid is in the ledger
             self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
