@@ -22,7 +22,7 @@ from .interrupts import Interrupted, raise_deferred, signals_ignored, signals_ra
 from .launch import nodeenv
 from .launch import state as ledger
 from .launch.faultplan import FaultPlan
-from .launch.forkserver import Server
+from .launch.forkserver import Server, ServerLost
 from .launch.kept import KeptNetwork
 from .launch import netns
 from .launch.netns import NetnsCluster
@@ -153,9 +153,14 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                 for node in nodes:
                     recorder.node(node.rank, name=node.name, address=node.address,
                                   role="server" if node.rank >= spec.nodes else "worker")
-                    procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
-                                                     {SPEC_ENV: session.spec_path})
-                error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
+                    try:
+                        procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
+                                                         {SPEC_ENV: session.spec_path})
+                    except ServerLost as e:     # not the node's doing: the cell fails alone, the next forks anew
+                        error = _stop_all(procs, nodes, recorder, spec, session.run_dir, cluster, node.rank, _lost_with(e))
+                        break
+                else:
+                    error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
                 phases["nodes_s"] = laps.lap()
             status = "ok" if error is None else "failed"
         finished = True
@@ -216,8 +221,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 lost = [(r, p.server) for r, p in procs.items() if getattr(p, "server_lost", False)]
                 if lost:            # not the node's doing: its worker's fork server ended (killed) under it
                     (rank, server), *_ = lost
-                    how = ("lost its worker with the fork server, which ended during the run"
-                           + (f" ({server.last_words()})" if server is not None else ""))
+                    how = _lost_with(ServerLost(server.last_words()))
                     return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
@@ -296,7 +300,7 @@ def _stopped(procs: dict, codes: dict) -> list[int]:
     """Ranks whose worker is still there but stopped (state T)."""
     out = []
     for rank, p in procs.items():
-        if codes.get(rank) is None and (p.pid or 0) > 0:     # docker's have 0, forkserver.Unforked None
+        if codes.get(rank) is None and p.pid > 0:     # docker's have 0
             with contextlib.suppress(psutil.Error):
                 if psutil.Process(p.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
                     out.append(rank)
@@ -322,6 +326,10 @@ def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: 
     log = os.path.join(run_dir, f"node{rank}.log")
     who = spec.role(rank) + (f" (rank {rank}, {nodes[rank].name})" if rank >= spec.nodes else f" ({nodes[rank].name})")
     return f"{who} {how} {where}{_log_tail(log)}"
+
+
+def _lost_with(server: ServerLost) -> str:
+    return f"lost its worker with the fork server, which ended during the run ({server})"
 
 
 def _own_reason(lines: list[str]) -> str | None:

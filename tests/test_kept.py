@@ -403,8 +403,9 @@ def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_n
     error = summaries[0]["error"]
     assert "lost its worker with the fork server, which ended during the run (the server was killed by SIGKILL; its log ends: the " \
            "server's last words)" in error, error
+    assert error.startswith("node 1 (") and error.endswith("before its first step"), error   # the node it could not fork
     assert not (tmp_path / "runs" / cells[0]["run_id"] / "node1.log").exists()      # node 1 was never forked
-    assert codes == [-9, -9]                             # both lost with the server
+    assert codes == [-9, None]                           # node 0 lost with the server, node 1 never started
     assert [s["environment"]["shaping"]["kept_network"]["cell"] for s in summaries] == [1, 2]    # the network kept
     _no_ledgers(state_dir)
 
@@ -412,9 +413,9 @@ def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_n
 @pytest.mark.root
 def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_error(tmp_path, state_dir, monkeypatch):
     """The server ends just as a node's fork reaches it (after Server.fork looked: the connection
-    refused): the node is lost with the server (Unforked, -9), as one forked before it would be. A
-    refused connection while the server lives is an error of ours, raised. Planted: the refusal
-    not caught (it raised out of the run)."""
+    refused, or cut off as it read the request): the node is lost with the server (ServerLost,
+    quoting how it ended), as one forked before it would be. A refused connection while the server
+    lives is an error of ours, raised. Planted: the refusal not caught (it raised out of the run)."""
     from gctestbed.launch.state import RunState
     state = RunState.create()
     try:
@@ -432,9 +433,8 @@ def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_e
             os.kill(server._proc.pid, signal.SIGKILL)
             raise ConnectionRefusedError("refused")
         monkeypatch.setattr(forkserver, "Forked", refused_as_it_ends)
-        lost = server.fork(argv, {}, str(tmp_path / "w.log"), None, None, kernels=False)
-        assert isinstance(lost, forkserver.Unforked) and (lost.poll(), lost.wait(), lost.pid) == (-9, -9, None)
-        assert lost.server is server and server.last_words().startswith("the server was killed by SIGKILL")
+        with pytest.raises(forkserver.ServerLost, match="^the server was killed by SIGKILL"):
+            server.fork(argv, {}, str(tmp_path / "w.log"), None, None, kernels=False)
     finally:
         assert state.undo() == []
 

@@ -45,9 +45,9 @@ class Forked:
     """One worker forked by the fork server; ``poll``, ``wait`` and ``pid`` as Popen's."""
 
     def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log_path: str,
-                 netns: str | None = None, cgroup: str | None = None):
+                 netns: str | None = None, cgroup: str | None = None, server: "Server | None" = None):
         self.returncode: int | None = None
-        self.server: Server | None = None      # the Server that forked it (Server.fork), for the run's error
+        self.server = server                   # the Server that forked it (Server.fork), for the run's error
         self.server_lost = False               # the server itself went away: this worker is lost with it
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(socket_path)
@@ -58,7 +58,9 @@ class Forked:
         reply = self._read()
         if "pid" not in reply:
             self._close()
-            raise OSError(f"the fork server at {socket_path} did not start the worker: {reply.get('error', 'no reply')}")
+            if not reply:                      # it ended as it read the request: Server.fork says so
+                raise ConnectionResetError(f"the fork server at {socket_path} closed the connection")
+            raise Refused(f"the fork server at {socket_path} did not start the worker: {reply.get('error')}")
         self.pid: int = reply["pid"]
 
     def poll(self) -> int | None:
@@ -90,21 +92,13 @@ class Forked:
             self._sock.close()
 
 
-class Unforked:
-    """A node's worker its fork server could not fork, having ended (killed) by then: lost with the
-    server, as a worker it forked before is; ``poll`` and ``wait`` as Popen's, at once."""
+class Refused(RuntimeError):
+    """The fork server, alive, said why it could not fork a worker."""
 
-    pid = None
-    server_lost = True
 
-    def __init__(self, server: "Server"):
-        self.server, self.returncode = server, -signal.SIGKILL
-
-    def poll(self) -> int:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.returncode
+class ServerLost(RuntimeError):
+    """The fork server had ended (killed) when a node's worker was to be forked: the node is lost
+    with it, as a worker it forked before is. The message is the server's last words."""
 
 
 def _log_beside(socket_path: str) -> str:
@@ -185,15 +179,14 @@ class Server:
                 if not self.kernels:           # its forks would run the torch reference while the run records native
                     raise RuntimeError(f"the fork server could not load the native kernels this run has: {self.last_words()} "
                                        "(--kernels torch runs without them)")
-            proc = Unforked(self) if self.ended() else Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup)
-        except OSError:                         # refused or cut off: the server ended just now (else a fault of ours)
+            if not self.ended():
+                return Forked(self.socket, argv[3:], env, log_path, netns=netns, cgroup=cgroup, server=self)
+        except (ConnectionError, FileNotFoundError):   # refused or cut off: the server ended just now (else ours)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=2)
             if not self.ended():
                 raise
-            proc = Unforked(self)
-        proc.server = self
-        return proc
+        raise ServerLost(self.last_words())
 
 
 def _child(request: dict) -> None:

@@ -185,8 +185,9 @@ class Lent:
         """Fork our worker (``python -m gctestbed.worker SPEC``) into the node's namespace and CPU
         share, as this cell's (its kernels resolved: this process has them). Every node of a cell
         from one server: one that ended after forking some of them is not replaced mid-cell (its
-        log, which the cell's error quotes, would go with it); the nodes not yet forked are lost
-        with it (forkserver.Unforked), the cell fails naming it, and the next cell's is new."""
+        log, which the cell's error quotes, would go with it); the first node it can no longer fork
+        is lost with it (forkserver.ServerLost), the cell fails naming that node, and the next
+        cell's server is new."""
         if self._server is None:
             self._server = self.kept.live_server()
         return self.kept.cluster.fork(self._server, self.state, node, argv, log_path, extra_env,

@@ -96,15 +96,12 @@ class NetnsCluster:
         environment, and recorded in ``state`` (this network's ledger, or a kept network's cell's)."""
         env = {**os.environ, **(extra_env or {}), **self.shaped.node_env(node)}
         proc = server.fork(argv, env, log_path, node.name, self.cgroups.get(node.rank), kernels=kernels)
-        if proc.pid is not None:         # None: not forked, the server had ended (forkserver.Unforked)
-            state.add("process", name=node.name, pid=proc.pid)
+        state.add("process", name=node.name, pid=proc.pid)
         return proc
 
     @staticmethod
     def kill(proc) -> None:
         """SIGKILL a worker and everything it started (its own process group)."""
-        if proc.pid is None:              # never forked (forkserver.Unforked): nothing to kill
-            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
 
