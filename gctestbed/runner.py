@@ -27,7 +27,7 @@ from .launch.kept import KeptNetwork
 from .launch import netns
 from .launch.netns import NetnsCluster
 from .launch.protocol import Launcher, Node, exit_text
-from .session import Session, read_text, resolve
+from .session import Session, log_ends, log_lines, read_text, resolve
 from .spec import SPEC_ENV, RunSpec, UserError, format_duration
 from .timing import Laps
 
@@ -342,11 +342,11 @@ def _own_reason(lines: list[str]) -> str | None:
 
 
 def _log_tail(path: str) -> str:
-    lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    lines = log_lines(path)
     reason = _own_reason(lines[-30:])
     if reason:
         return f"; its log says: {reason[:300]}"
-    return f"; its log ends: {lines[-1][:300]}" if lines else ""
+    return f"; {log_ends(path)}" if lines else ""
 
 
 def _at_step(recorder: results.Recorder | None, spec: RunSpec) -> str:

@@ -43,6 +43,18 @@ def read_text(path: str) -> str:
         return ""
 
 
+def log_lines(path: str) -> list[str]:
+    """A log's lines that say something, stripped (none where it cannot be read)."""
+    return [line.strip() for line in read_text(path).splitlines() if line.strip()]
+
+
+def log_ends(path: str) -> str:
+    """What a process's log says last, for an error to quote: 'its log ends: LINE' (at most 300
+    characters of it), or 'its log is empty'."""
+    lines = log_lines(path)
+    return f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"
+
+
 def resolve(spec: RunSpec, run_id: str, on_phase: Callable[[str], None] = lambda text: None) -> RunSpec:
     """What only the run can settle, filled in a copy: its id, and the kernels that really run
     (the torch reference where the method has no native kernels or they cannot be built)."""

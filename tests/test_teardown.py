@@ -203,3 +203,15 @@ def test_a_signal_inside_a_held_section_waits_for_its_end():
                 done.append("the section's end")
             done.append("after the section")
     assert done == ["the section's end"] and interrupts.waiting() == []
+
+
+def test_an_error_quotes_the_last_line_of_a_log_that_says_something(tmp_path):
+    """session.log_ends, the one reader of a log's last words (the fork server's, a node's, srun's):
+    blank lines skipped, 300 characters at most, a missing or empty log said to be empty."""
+    from gctestbed.session import log_ends
+    log = tmp_path / "x.log"
+    assert log_ends(str(log)) == "its log is empty"
+    log.write_text("first\n  \n")
+    assert log_ends(str(log)) == "its log ends: first"
+    log.write_text("first\n" + "y" * 400 + "\n\n   \n")
+    assert log_ends(str(log)) == "its log ends: " + "y" * 300

@@ -159,12 +159,10 @@ class Server:
 
     def last_words(self) -> str:
         """How the server ended (where it has) and its log's last line, for an error to quote."""
-        from ..session import read_text
+        from ..session import log_ends
         from .protocol import exit_text
-        lines = [line.strip() for line in read_text(self._log).splitlines() if line.strip()]
         code = self._proc.poll()
-        how = [] if code is None else [f"the server {exit_text(code)}"]
-        return "; ".join(how + [f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"])
+        return "; ".join(([] if code is None else [f"the server {exit_text(code)}"]) + [log_ends(self._log)])
 
     def fork(self, argv: list[str], env: dict[str, str], log_path: str, netns: str | None, cgroup: str | None,
              kernels: bool) -> "Forked":

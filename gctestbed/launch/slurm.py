@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 from .. import results
-from ..session import Session, read_text
+from ..session import Session, log_ends, read_text
 from ..spec import RunSpec, UserError
 from .state import RunState
 
@@ -115,8 +115,8 @@ def run_cell(spec: RunSpec, node_args: list[str], alloc: Allocation, dev: str) -
         if not _gather(base, hosts, conn, spec.run_id):
             session = Session(spec)
             session.start("hosts", {})
-            session.finish("failed", f"srun exited with {code} before any host stored the run; its output ends: "
-                                     f"{read_text(log).strip()[-300:]}", None)
+            session.finish("failed", f"srun exited with {code} before any host stored the run; "
+                                     f"{log_ends(log).replace('its log', 'its output')}", None)
             session.close()
         return results.summarize(conn, results.find_run(conn, spec.run_id))
     finally:
