@@ -74,6 +74,7 @@ def test_calibration_is_stored_with_the_run(tmp_path, state_dir):
     for c in s["calibration"]:
         assert c["miss"] is None and c["target_bps"] == 100_000_000 and c["target_rtt_s"] == pytest.approx(0.004)
         assert c["rtt_loaded_s"] >= c["rtt_idle_s"]
+        assert c["congestion"] == "cubic"          # the nodes' own (net/topology.py), which a lossy target assumes
     assert leftovers(s["run_id"]) == []            # the probes' processes and servers too, with the run's namespaces
 
 

@@ -198,6 +198,7 @@ def test_hosts_calibration_holds_each_path_to_its_senders_link(monkeypatch):
     assert (there.src, there.dst, back.src, back.dst) == (0, 1, 1, 0)
     assert there.target_rtt_s == back.target_rtt_s == pytest.approx(0.015)   # 5 ms + 10 ms
     assert (there.target_bps, there.loss_limited, windows[0]) == (100_000_000, False, hostcal.SECONDS)   # BBR: the rate
+    assert (there.congestion, back.congestion) == ("bbr", "reno")              # each sender's, stored with its path
     assert (there.wire_bps, there.goodput_bps, there.rtt_idle_s) == (99e6, 2e6, 0.0152)
     # back: reno through 0.5 % at the idle 15.2 ms: 17.32 segments of 1514 bytes a round trip,
     # 13.80 Mbit/s, some 5.7 losses a second, so 8.8 s for 50 of them, capped at 8 s

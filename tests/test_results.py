@@ -131,11 +131,12 @@ def _exchange(**extra):
 
 
 def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tmp_path):
-    """Written before start_s, done_s and payloads (schema 14) and behind_s (15) existed, a store
-    opened now has the columns, its old rows read them as null, and new rows keep them."""
+    """Written before start_s, done_s and payloads (schema 14), behind_s (15) and a calibrated
+    path's congestion control (19) existed, a store opened now has the columns, its old rows read
+    them as null, and new rows keep them."""
     import sqlite3
     old_schema = "\n".join(line for line in results.SCHEMA.splitlines()
-                           if not line.strip().startswith(("start_s", "done_s", "payloads", "behind_s")))
+                           if not line.strip().startswith(("start_s", "done_s", "payloads", "behind_s", "congestion")))
     path = results.db_path(str(tmp_path))
     conn = sqlite3.connect(path)
     conn.executescript(old_schema)
@@ -144,6 +145,8 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     conn.execute("INSERT INTO exchanges (run_id, rank, step, seq, bucket, layout, numel, rounds, reduce_calls, "
                  "gather_calls, payload_bytes, gather_bytes, expected_tx_bytes) VALUES ('old', 0, 0, 0, 0, 0, 10, 1, 1, "
                  "0, 40, 0, 40)")
+    conn.execute("INSERT INTO calibrations (run_id, t, src, dst, tool, target_bps, target_rtt_s) "
+                 "VALUES ('old', 0, 0, 1, 'iperf3', 1000, 0.01)")
     conn.commit()
     conn.close()
 
@@ -158,6 +161,11 @@ def test_a_store_of_schema_13_gains_the_exchanges_timeline_and_keeps_its_rows(tm
     assert [(e["start_s"], e["done_s"], e["payloads"]) for e in new] == [(0.12, 0.3, wire)]
     rec.step(0, 1, step_s=1.0, behind_s=0.004)
     assert [r["behind_s"] for r in results.step_rows(rec.conn, "r1")] == [None, 0.004]
+    from gctestbed.net.calibrate import PathResult
+    from gctestbed.results import store
+    rec.calibration(PathResult(0, 1, "iperf3", 1000, 0.01, 990.0, 980.0, 0.01, 0.011, congestion="cubic").to_dict())
+    assert [c["congestion"] for c in store.calibrations_of(rec.conn, "old")] == [None]
+    assert [c["congestion"] for c in store.calibrations_of(rec.conn, "r1")] == ["cubic"]
     # and a run copied to another store (a host's into a sweep's) keeps them
     other = results.connect(str(tmp_path / "other"))
     assert results.copy_run(rec.conn, other, "r1")

@@ -99,7 +99,7 @@ def measure_ring(spec: RunSpec, rank: int, world: int, ifname: str, group=None) 
             raise SystemExit(f"gctestbed: calibration from {hosts[src].address} to {hosts[dst].address} failed: {both[src][0]}")
         idle, wire, loaded, target = both[src][0]
         paths.append(calibrate.PathResult(src, dst, "builtin", target.bps, target_rtt, wire, both[dst][1], idle, loaded,
-                                          target.loss_limited, target.ceiling_bps))
+                                          target.loss_limited, target.ceiling_bps, hosts[src].congestion))
     return paths
 
 

@@ -50,6 +50,7 @@ class PathResult:
     loss_limited: bool = False       # the target is loss_limited_bps, below the path's rate
     ceiling_bps: int | None = None   # where that is a floor (Reno's window, which the sender's control carries
     #                                  at least): the path's rate, the most its flow may carry
+    congestion: str | None = None    # the sender's TCP congestion control (what a lossy path's target assumed)
 
     @property
     def floor(self) -> bool:
@@ -170,7 +171,7 @@ def calibrate(topo: TopologySpec, nodes: list, seconds: float = 1.5, warmup_s: f
             flow = measure.throughput(b.netns, b.address, a.netns, seconds=target.seconds, warmup_s=warmup_s, probe_rtt=True)
         results.append(PathResult(src, dst, "iperf3" if use_iperf else "builtin", target.bps, rtt, flow.wire_bps,
                                   flow.goodput_bps, idle, measure.median(flow.rtt_loaded_s), target.loss_limited,
-                                  target.ceiling_bps))
+                                  target.ceiling_bps, TCP_CONGESTION_CONTROL))
     return results
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 from ..spec import UserError
 
 DB_NAME = "gctestbed.sqlite"
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 STEP_FIELDS = ("step_s", "compute_s", "optim_s", "comm_s", "encode_s", "decode_s", "loss",
                "tx_bytes", "rx_bytes", "payload_bytes", "gather_bytes", "expected_tx_bytes", "reduce_calls",
                "gather_calls", "buckets", "tail_tx_bytes", "push_s", "pull_s", "sync_s", "behind_s", "forward_s",
@@ -154,6 +154,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
     rtt_idle_s   REAL,
     rtt_loaded_s REAL,
     miss         TEXT,
+    congestion   TEXT,                   -- the sender's TCP congestion control, which a lossy path's target assumed
     PRIMARY KEY (run_id, src, dst, t)
 );
 CREATE TABLE IF NOT EXISTS faults (
@@ -181,7 +182,7 @@ EXCHANGE_FIELDS = ("seq", "bucket", "layout", "numel", "sent", "rounds", "reduce
                    "gather_bytes", "expected_tx_bytes", "ready_s", "encode_s", "decode_s", "start_s", "done_s",
                    "payloads", *CPU_TIMES)
 CALIBRATION_FIELDS = ("src", "dst", "tool", "target_bps", "target_rtt_s", "wire_bps", "goodput_bps",
-                      "rtt_idle_s", "rtt_loaded_s", "miss")
+                      "rtt_idle_s", "rtt_loaded_s", "miss", "congestion")
 
 
 def db_path(results_dir: str) -> str:
@@ -305,7 +306,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
                                 ("exchanges", "payloads", "TEXT"), ("steps", "behind_s", "REAL"),
                                 ("steps", "forward_s", "REAL"), ("nodes", "buffers", "TEXT"),
                                 ("steps", "optim_cpu_s", "REAL"), ("exchanges", "ready_cpu_s", "REAL"),
-                                ("exchanges", "encode_cpu_s", "REAL"), ("exchanges", "decode_cpu_s", "REAL")):
+                                ("exchanges", "encode_cpu_s", "REAL"), ("exchanges", "decode_cpu_s", "REAL"),
+                                ("calibrations", "congestion", "TEXT")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             try:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
