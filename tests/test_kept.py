@@ -275,11 +275,61 @@ def test_a_fork_servers_worker_reports_its_exit_like_popen(tmp_path):
         w = forkserver.Forked(sock, [str(spec)], env, str(tmp_path / "w2.log"))   # waits for a rank 1 that never comes
         time.sleep(1.0)
         assert w.poll() is None and os.getpgid(w.pid) == w.pid
+        # SIGPIPE ignored, as a fresh interpreter has it (a write to a dead peer an error the worker
+        # reports, not its death by signal): the kernel's mask of the worker's ignored signals. The
+        # server's interpreter ignores it too, so a fork inherits that; the child sets it again in case
+        # the server's is ever the default (planted: the server's default and the child's line
+        # removed, it fails; either alone, not)
+        ignored = int(next(line for line in open(f"/proc/{w.pid}/status") if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGPIPE - 1)), hex(ignored)
         os.killpg(w.pid, signal.SIGKILL)
         assert w.wait(timeout=30) == -signal.SIGKILL
     finally:
         server.kill()
         server.wait()
+
+
+@pytest.mark.parametrize("lives_s", [0.0, 1.0], ids=["at_once", "during_its_imports"])
+def test_a_fork_server_whose_parent_dies_ends_by_itself(tmp_path, lives_s):
+    """The server watches the process that started it, which it is told (Server passes its pid): a
+    parent that died before the server read its own would be missed, and the server would serve no
+    one for good (found by this test, when the parent was read from getppid), and the pid is taken
+    before importing torch (some seconds), so a parent that dies during them is seen after. Its
+    stdout here is not a pipe to that parent: a Server's is, and the READY line written into it
+    after the parent died ends the server too (BrokenPipeError), which would hide both. Plants
+    that fail: the parent read from getppid (at_once: the server lived on); read after the imports
+    (both)."""
+    sock = str(tmp_path / "s.sock")
+    started = subprocess.run([sys.executable, "-c", f"""
+import os, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", {sock!r}, str(os.getpid())],
+                          stdout=subprocess.DEVNULL, stderr=open({str(tmp_path / "server.log")!r}, "w"),
+                          start_new_session=True)     # no pipe of the test's held open by a server that lives on
+print(server.pid, flush=True)
+time.sleep({lives_s})
+os._exit(0)        # at once: gone before the server's interpreter has started
+"""], capture_output=True, text=True, check=True)
+    pid = int(started.stdout)
+    try:
+        deadline = time.monotonic() + 60
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the fork server outlived its parent by 60 s"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+
+
+def test_a_namespace_cluster_calibrates_once_its_fork_server_has_imported(monkeypatch):
+    """The server's imports (torch: seconds of CPU) would take the cores calibration's probes
+    measure with, so calibrate waits for them first. Planted: no wait (the probes ran first)."""
+    from types import SimpleNamespace
+    from gctestbed.launch.netns import NetnsCluster
+    order = []
+    cluster = NetnsCluster.__new__(NetnsCluster)
+    cluster.server = SimpleNamespace(ready=lambda: order.append("server ready"))
+    cluster.shaped = SimpleNamespace(calibrate=lambda: order.append("probes") or "paths")
+    assert cluster.calibrate() == "paths" and order == ["server ready", "probes"]
 
 
 @pytest.mark.root
@@ -424,6 +474,7 @@ def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_e
     try:
         server = forkserver.Server(state)
         server.ready()
+        assert server._proc.args[-1] == str(os.getpid())      # the parent it watches, told (see the test above)
         argv = [sys.executable, "-m", "gctestbed.worker", str(tmp_path / "spec.json")]
 
         def refused(*args, **kwargs):

@@ -129,7 +129,7 @@ class Server:
         os.makedirs(directory, mode=0o700)
         self._log = _log_beside(self.socket)
         with signals_held(), open(self._log, "ab") as out:      # a Ctrl-C waits until its pid is in the ledger
-            self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket],
+            self._proc = subprocess.Popen([sys.executable, "-m", "gctestbed.launch.forkserver", self.socket, str(os.getpid())],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
                                           start_new_session=True, text=True)
             state.add("process", name="fork server", pid=self._proc.pid)
@@ -248,8 +248,11 @@ def _load_kernels(conn: socket.socket) -> None:
         conn.sendall(json.dumps({"loaded": loaded}).encode() + b"\n")
 
 
-def serve(socket_path: str) -> None:
-    parent = os.getppid()         # before the imports: a parent that dies during them is seen after
+def serve(socket_path: str, parent: int | None = None) -> None:
+    """Fork workers on request at ``socket_path`` for as long as ``parent`` (the process that
+    started the server, which says so: one that died before the server read its own parent
+    would otherwise go unseen) lives; without it, the parent the server has as it starts."""
+    parent = parent or os.getppid()       # before the imports: a parent that dies during them is seen after
     import torch  # noqa: F401 - imported once here, inherited by every worker
     import torch._dynamo  # noqa: F401 - DDP's constructor imports it lazily: 1.4 s of CPU per worker otherwise
     from .. import compress, optimizers, workloads, worker  # noqa: F401 - likewise
@@ -308,4 +311,4 @@ def serve(socket_path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
