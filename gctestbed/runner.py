@@ -157,7 +157,7 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                         procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
                                                          {SPEC_ENV: session.spec_path})
                     except ServerLost as e:     # not the node's doing: the cell fails alone, the next forks anew
-                        error = _stop_all(procs, nodes, recorder, spec, session.run_dir, cluster, node.rank, _lost_with(e))
+                        error = _stop_all(procs, nodes, recorder, spec, session.run_dir, cluster, node.rank, _lost_with(str(e)))
                         break
                 else:
                     error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
@@ -221,7 +221,7 @@ def _supervise(procs: dict, nodes: list[Node], recorder: results.Recorder, spec:
                 lost = [(r, p.server) for r, p in procs.items() if getattr(p, "server_lost", False)]
                 if lost:            # not the node's doing: its worker's fork server ended (killed) under it
                     (rank, server), *_ = lost
-                    how = _lost_with(ServerLost(server.last_words()))
+                    how = _lost_with(server.last_words())
                     return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
                 rank, how = _blame(procs, codes, run_dir, spec)
                 return _stop_all(procs, nodes, recorder, spec, run_dir, cluster, rank, how) + plan.context()
@@ -328,8 +328,9 @@ def _stop_all(procs: dict, nodes: list[Node], recorder: results.Recorder, spec: 
     return f"{who} {how} {where}{_log_tail(log)}"
 
 
-def _lost_with(server: ServerLost) -> str:
-    return f"lost its worker with the fork server, which ended during the run ({server})"
+def _lost_with(last_words: str) -> str:
+    """What a node lost with its fork server did, with how the server ended (Server.last_words)."""
+    return f"lost its worker with the fork server, which ended during the run ({last_words})"
 
 
 def _own_reason(lines: list[str]) -> str | None:

@@ -191,8 +191,8 @@ def idle_rtt(probe: Callable[[int], list[float]], target_s: float) -> float | No
 
 def path_target(rate_bps: int, rtt_s: float, idle_s: float | None, loss: float, seconds: float,
                 congestion: str) -> Target:
-    """What a path of bottleneck
-    ``rate_bps`` and round trip ``rtt_s`` (measured idle: ``idle_s``) that loses ``loss`` of its
+    """What a path is held to, of bottleneck ``rate_bps`` and round trip ``rtt_s`` (measured
+    idle: ``idle_s``) that loses ``loss`` of its
     packets, whose sender's flows run ``congestion`` control (a node's: topology's
     TCP_CONGESTION_CONTROL; a host's: its own default): through loss, what one such flow carries at
     the round trip it meets (the host adds its own), timed for ``lossy_seconds``, where that is
