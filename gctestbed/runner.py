@@ -157,7 +157,8 @@ def run(spec: RunSpec, on_progress: Progress | None = None, on_phase: Phase = la
                         procs[node.rank] = cluster.spawn(node, argv, session.log_path(f"node{node.rank}"),
                                                          {SPEC_ENV: session.spec_path})
                     except ServerLost as e:     # not the node's doing: the cell fails alone, the next forks anew
-                        error = _stop_all(procs, nodes, recorder, spec, session.run_dir, cluster, node.rank, _lost_with(str(e)))
+                        error = _stop_all(procs, nodes, recorder, spec, session.run_dir, cluster, node.rank,
+                                          f"was never started: its fork server ended during the run ({e})")
                         break
                 else:
                     error = _supervise(procs, nodes, recorder, spec, session.run_dir, on_progress, cluster, host)
@@ -347,7 +348,7 @@ def _log_tail(path: str) -> str:
     reason = _own_reason(lines[-30:])
     if reason:
         return f"; its log says: {reason[:300]}"
-    return f"; {log_ends(path)}" if lines else ""
+    return f"; {log_ends(path, lines)}" if lines else ""
 
 
 def _at_step(recorder: results.Recorder | None, spec: RunSpec) -> str:

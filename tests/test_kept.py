@@ -454,7 +454,7 @@ def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_n
     summaries = [show(tmp_path, c["run_id"]) for c in cells]
     assert (counts["ok"], counts["failed"]) == (1, 1) and [c["status"] for c in cells] == ["failed", "ok"], summaries
     error = summaries[0]["error"]
-    assert "lost its worker with the fork server, which ended during the run (the server was killed by SIGKILL; its log ends: the " \
+    assert "was never started: its fork server ended during the run (the server was killed by SIGKILL; its log ends: the " \
            "server's last words)" in error, error
     assert error.startswith("node 1 (") and error.endswith("before its first step"), error   # the node it could not fork
     assert not (tmp_path / "runs" / cells[0]["run_id"] / "node1.log").exists()      # node 1 was never forked
@@ -466,9 +466,10 @@ def test_a_kept_fork_server_killed_between_a_cells_forks_fails_that_cell_alone_n
 @pytest.mark.root
 def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_error(tmp_path, state_dir, monkeypatch):
     """The server ends just as a node's fork reaches it (after Server.fork looked: the connection
-    refused, or cut off as it read the request): the node is lost with the server (ServerLost,
-    quoting how it ended), as one forked before it would be. A refused connection while the server
-    lives is an error of ours, raised. Planted: the refusal not caught (it raised out of the run)."""
+    refused; cut off as it read the request, the next test): the node is lost with the server
+    (ServerLost, quoting how it ended), as one forked before it would be. A refused connection
+    while the server lives is an error of ours, raised. Planted: the refusal not caught (it raised
+    out of the run)."""
     from gctestbed.launch.state import RunState
     state = RunState.create()
     try:
@@ -491,6 +492,37 @@ def test_a_fork_cut_off_by_the_servers_end_is_that_nodes_loss_and_otherwise_an_e
             server.fork(argv, {}, str(tmp_path / "w.log"), None, None, kernels=False)
     finally:
         assert state.undo() == []
+
+
+def test_a_fork_request_the_server_closes_unanswered_is_a_reset_connection(tmp_path):
+    """A server that ends as it reads a fork request closes the connection with no reply: the
+    client raises ConnectionResetError, which Server.fork takes as the server's end (and raises
+    ServerLost where it has ended); any other reply without a pid is an error of ours. Planted:
+    the empty reply not told apart (a RuntimeError, which Server.fork does not catch: the run
+    would have failed with it instead of that node being lost)."""
+    import threading
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(2)
+
+    def serve(replies):
+        for reply in replies:
+            conn, _ = listener.accept()
+            with conn:
+                conn.makefile("rb").readline()
+                if reply:
+                    conn.sendall(reply)
+    server = threading.Thread(target=serve, args=([b"", b'{"exit": 0}\n'],), daemon=True)
+    server.start()
+    try:
+        with pytest.raises(ConnectionResetError):
+            forkserver.Forked(path, ["spec.json"], {}, str(tmp_path / "w.log"))
+        with pytest.raises(RuntimeError, match="instead of a worker's pid"):
+            forkserver.Forked(path, ["spec.json"], {}, str(tmp_path / "w.log"))
+    finally:
+        server.join(timeout=10)
+        listener.close()
 
 
 def test_cuda_workers_are_not_forked(tmp_path):

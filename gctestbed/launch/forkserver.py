@@ -12,12 +12,13 @@ Gloo state and no pool of torch's is forked; the one thread its imports start (O
 thread, by numpy) is not carried into a fork, as POSIX forks only the calling thread. CUDA
 workers are not forked (launch/netns.py's ``forks_workers``).
 
-``python -m gctestbed.launch.forkserver SOCKET`` imports, listens on the Unix socket ``SOCKET``
-and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH,
+``python -m gctestbed.launch.forkserver SOCKET [PARENT]`` imports, listens on the Unix socket
+``SOCKET`` and prints "ready". A client sends one JSON line ``{"argv": [...], "env": {...}, "log": PATH,
 "netns": NAME, "cgroup": PATH}`` (the last two may be null) and reads ``{"pid": N}``, then, when
 the worker ends, ``{"exit": CODE}`` (negative: killed by that signal, as Popen has it). ``Forked``
 is that client, shaped like Popen for the runner (``load_kernels`` asks the server to load the
-native kernels first). The server ends when its parent (the run or sweep) does, killing the
+native kernels first). The server ends when its parent (the run or sweep, whose pid ``PARENT``
+is: told, since one that died before the server started would go unseen) does, killing the
 workers it still has. ``Server`` starts one under a ledger without waiting for its imports, so a
 run builds its network (and the command line imports torch) while the server imports.
 """
@@ -60,7 +61,7 @@ class Forked:
             self._close()
             if not reply:                      # it ended as it read the request: Server.fork says so
                 raise ConnectionResetError(f"the fork server at {socket_path} closed the connection")
-            raise Refused(f"the fork server at {socket_path} did not start the worker: {reply.get('error')}")
+            raise RuntimeError(f"the fork server at {socket_path} replied {reply} instead of a worker's pid")
         self.pid: int = reply["pid"]
 
     def poll(self) -> int | None:
@@ -90,10 +91,6 @@ class Forked:
         with contextlib.suppress(OSError):
             self._file.close()
             self._sock.close()
-
-
-class Refused(RuntimeError):
-    """The fork server, alive, said why it could not fork a worker."""
 
 
 class ServerLost(RuntimeError):

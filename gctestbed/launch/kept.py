@@ -186,7 +186,7 @@ class Lent:
         share, as this cell's (its kernels resolved: this process has them). Every node of a cell
         from one server: one that ended after forking some of them is not replaced mid-cell (its
         log, which the cell's error quotes, would go with it); the first node it can no longer fork
-        is lost with it (forkserver.ServerLost), the cell fails naming that node, and the next
+        is never started (forkserver.ServerLost), the cell fails naming that node, and the next
         cell's server is new."""
         if self._server is None:
             self._server = self.kept.live_server()

@@ -142,7 +142,9 @@ def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None
 
 def carried_at_least(congestion: str) -> bool:
     """Whether loss_limited_bps is only the least a flow of ``congestion`` carries through loss (a
-    loss-based control other than Reno's kind and CUBIC, whose averages it gives)."""
+    loss-based control other than Reno's kind and CUBIC, whose averages it gives). A delay-based
+    control (vegas, lp, nv, cdg) is held to that floor too, which it may not reach: a miss there
+    may be the control's, not the emulator's (docs/clusters.md)."""
     return not (congestion in RENO_LIKE or congestion == "cubic" or congestion.startswith("bbr"))
 
 
