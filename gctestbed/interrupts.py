@@ -29,12 +29,15 @@ class Interrupted(BaseException):
 
 
 class _State:
-    """What the handler keeps between signals; changed in the main thread only (the handler, the
-    block's end, signals_held)."""
+    """What the handler keeps between signals: changed in the main thread (the handler, the block's
+    end, signals_held), ``resends`` under ``lock``, which a re-send holds from its check to its
+    kill, so a signal taken (raised for, or at the block's end) is never sent again after."""
 
-    resends: dict[int, threading.Timer] = {}    # a signal held back -> the timer that sends it again
-    held = 0                                    # signals_held sections open
-    ending: list[int] | None = None             # while a signals_raise block ends: the signals that came
+    def __init__(self):
+        self.resends: dict[int, threading.Timer] = {}   # a signal held back -> the timer that sends it again
+        self.lock = threading.RLock()                   # re-entrant: the handler may run while the main thread holds it
+        self.held = 0                                   # signals_held sections open
+        self.ending: list[int] | None = None            # while a signals_raise block ends: the signals that came
 
 
 _state = _State()
@@ -64,11 +67,12 @@ def signals_raise() -> Iterator[None]:
             _state.ending.append(signum)
             return
         if _state.held or _importing(frame):
-            if (prior := _state.resends.pop(signum, None)) is not None:
-                prior.cancel()
-            resend = _state.resends[signum] = threading.Timer(RESIGNAL_S, _resend)
-            resend.args, resend.daemon = (owner, signum, resend), True
-            resend.start()
+            with _state.lock:
+                if (prior := _state.resends.pop(signum, None)) is not None:
+                    prior.cancel()
+                resend = _state.resends[signum] = threading.Timer(RESIGNAL_S, _resend)
+                resend.args, resend.daemon = (owner, signum, resend), True
+                resend.start()
             return
         raise_deferred(signum)
     old = {s: signal.signal(s, handler) for s in SIGNALS}
@@ -88,20 +92,21 @@ def signals_raise() -> Iterator[None]:
 
 
 def _resend(owner: int, signum: int, me: threading.Timer) -> None:
-    if _state.resends.get(signum) is me:       # not superseded by a later one, nor taken
-        os.kill(owner, signum)
+    with _state.lock:                          # taken meanwhile: not sent (sent: the handler has it before the take)
+        if _state.resends.get(signum) is me:   # not superseded by a later one, nor taken
+            os.kill(owner, signum)
 
 
 def _take_resends(join: bool = False) -> list[int]:
     """The signals held back, their re-sends cancelled (and, ``join``, finished where running)."""
-    taken = []
-    while _state.resends:
-        signum, resend = _state.resends.popitem()
+    with _state.lock:
+        timers = list(_state.resends.items())
+        _state.resends.clear()
+    for _, resend in timers:
         resend.cancel()
         if join and resend.is_alive():
             resend.join(1.0)
-        taken.append(signum)
-    return taken
+    return [signum for signum, _ in timers]
 
 
 def waiting() -> list[int]:

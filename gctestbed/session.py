@@ -48,12 +48,14 @@ def log_lines(path: str) -> list[str]:
     return [line.strip() for line in read_text(path).splitlines() if line.strip()]
 
 
-def log_ends(path: str, lines: list[str] | None = None, name: str = "log") -> str:
+def log_ends(path: str, lines: list[str] | None = None, name: str = "log", last: int = 1) -> str:
     """What a process's log says last, for an error to quote: 'its log ends: LINE' (at most 300
-    characters of it), or 'its log is empty' (``lines``: the log's, where read already; ``name``:
-    what to call it)."""
+    characters; ``last`` lines joined by ' / ', their last 300), or 'its log is empty' (``lines``:
+    the log's, where read already; ``name``: what to call it)."""
     lines = log_lines(path) if lines is None else lines
-    return f"its {name} ends: {lines[-1][:300]}" if lines else f"its {name} is empty"
+    if not lines:
+        return f"its {name} is empty"
+    return f"its {name} ends: " + (lines[-1][:300] if last == 1 else " / ".join(lines[-last:])[-300:])
 
 
 def resolve(spec: RunSpec, run_id: str, on_phase: Callable[[str], None] = lambda text: None) -> RunSpec:

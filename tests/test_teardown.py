@@ -215,3 +215,31 @@ def test_an_error_quotes_the_last_line_of_a_log_that_says_something(tmp_path):
     assert log_ends(str(log)) == "its log ends: first"
     log.write_text("first\n" + "y" * 400 + "\n\n   \n")
     assert log_ends(str(log)) == "its log ends: " + "y" * 300
+    log.write_text("task 1: KeyError: 'x'\n\nsrun: error: task 1: Exited with exit code 1\n")
+    assert log_ends(str(log), name="output", last=3) == \
+        "its output ends: task 1: KeyError: 'x' / srun: error: task 1: Exited with exit code 1"
+
+
+def test_a_re_send_taken_while_it_fires_sends_nothing():
+    """A re-send whose timer has fired as the main thread takes it (raise_deferred at a run's start,
+    a block's end) must not send: sent after its handler was put back, a lone run's default action
+    would kill the process before its teardown (helper-92). The re-send checks and sends under the
+    lock a take holds. Planted: no lock in the re-send (it sent, got == [1])."""
+    import threading
+    from gctestbed import interrupts
+    got = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+    me = object()
+    try:
+        with interrupts._state.lock:                           # the take, under way
+            interrupts._state.resends[signal.SIGUSR1] = me
+            fired = threading.Thread(target=interrupts._resend, args=(os.getpid(), signal.SIGUSR1, me))
+            fired.start()
+            time.sleep(0.2)                                    # the timer fired: it waits for the lock
+            interrupts._state.resends.clear()                  # taken
+        fired.join(5)
+        time.sleep(0.1)
+        assert got == [] and not fired.is_alive()
+    finally:
+        interrupts._state.resends.clear()
+        signal.signal(signal.SIGUSR1, old)

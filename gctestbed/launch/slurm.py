@@ -116,7 +116,7 @@ def run_cell(spec: RunSpec, node_args: list[str], alloc: Allocation, dev: str) -
             session = Session(spec)
             session.start("hosts", {})
             session.finish("failed", f"srun exited with {code} before any host stored the run; "
-                                     f"{log_ends(log, name='output')}", None)
+                                     f"{log_ends(log, name='output', last=3)}", None)   # srun's own last line restates the code
             session.close()
         return results.summarize(conn, results.find_run(conn, spec.run_id))
     finally:
