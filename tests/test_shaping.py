@@ -159,6 +159,12 @@ def test_a_paths_target_is_what_one_flow_carries_through_its_loss_timed_for_50_l
     htcp = calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "htcp")
     assert htcp.bps == pytest.approx(122.47 * 1514 * 8 / 0.1, rel=1e-3) and htcp.ceiling_bps == 1_000_000_000
     assert calibrate.path_target(1_000_000_000, 0.100, 0.100, 0.0001, 1.5, "dctcp").ceiling_bps is None
+    # BBR v1 holds the rate to 15 % loss (the Linux patch's words); beyond, and bbr2, Reno's floor:
+    # at 20 % and 10 ms, sqrt(1.5 / 0.2) = 2.739 frames a round trip, 3.318 Mbit/s
+    assert calibrate.path_target(1_000_000_000, 0.010, 0.010, 0.15, 1.5, "bbr") == (1_000_000_000, False, 1.5, None)
+    beyond = calibrate.path_target(1_000_000_000, 0.010, 0.010, 0.20, 1.5, "bbr")
+    assert beyond.bps == pytest.approx(2.7386 * 1514 * 8 / 0.010, rel=1e-3) and beyond.ceiling_bps == 1_000_000_000
+    assert calibrate.path_target(1_000_000_000, 0.010, 0.010, 0.005, 1.5, "bbr2").ceiling_bps == 1_000_000_000
     # judged: Reno's kind and cubic within 25 % of their average either way; htcp from 25 % under its
     # floor (14.8 Mbit/s) up to 10 % over the rate
     def miss(target, wire):

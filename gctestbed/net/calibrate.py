@@ -120,6 +120,7 @@ def path_loss(topo: TopologySpec, src: int, dst: int) -> float:
 
 
 CUBIC_C, CUBIC_BETA = 0.4, 0.7        # CUBIC's constants (RFC 8312)
+BBR_LOSS_LIMIT = 0.15                 # BBR v1 holds its rate through random loss up to this share
 RENO_LIKE = ("reno", "dctcp")         # controls that answer a loss as Reno does (dctcp: RFC 8257), averaging its window
 
 
@@ -128,11 +129,12 @@ def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None
     round trip ``rtt_s``, a window a round trip counted in full frames on the wire. Reno: Mathis et
     al. 1997's 1.22 / sqrt(p) segments. Cubic: the larger of its two windows in RFC 8312 section
     5.1, that Reno-friendly one and its own ((C (3 + beta) / (4 (1 - beta)))^(1/4) x RTT^(3/4) /
-    p^(3/4) segments). BBR: None, held to the rate (v1 keeps its rate through random loss, the
-    BBR paper: rate x (1 - p) up to some 5 %). Any other: Reno's window, which Linux's other
-    loss-based controls carry at least (htcp, bic, highspeed are Reno-friendly): a floor there
-    (carried_at_least)."""
-    if congestion.startswith("bbr"):
+    p^(3/4) segments). BBR (v1, Linux's "bbr") up to 15 % loss: None, held to the rate (the Linux
+    patch that brought it: below 15 % it fully uses the path, reaching the rate x (1 - p) in data).
+    Any other, BBR beyond 15 % and its later versions (which back off above about 2 % a round)
+    included: Reno's window, which Linux's other loss-based controls carry at least (htcp, bic,
+    highspeed are Reno-friendly): a floor there (carried_at_least)."""
+    if congestion == "bbr" and loss <= BBR_LOSS_LIMIT:
         return None
     window = math.sqrt(1.5 / loss)
     if congestion == "cubic":
@@ -141,11 +143,12 @@ def loss_limited_bps(rtt_s: float, loss: float, congestion: str) -> float | None
 
 
 def carried_at_least(congestion: str) -> bool:
-    """Whether loss_limited_bps is only the least a flow of ``congestion`` carries through loss (a
-    loss-based control other than Reno's kind and CUBIC, whose averages it gives). A delay-based
+    """Whether loss_limited_bps is only the least a flow of ``congestion`` carries through loss (any
+    control but Reno's kind and CUBIC, whose averages it gives; BBR where it has a figure at all,
+    beyond BBR_LOSS_LIMIT). A delay-based
     control (vegas, lp, nv, cdg) is held to that floor too, which it may not reach: a miss there
     may be the control's, not the emulator's (docs/clusters.md)."""
-    return not (congestion in RENO_LIKE or congestion == "cubic" or congestion.startswith("bbr"))
+    return not (congestion in RENO_LIKE or congestion == "cubic")
 
 
 class Target(NamedTuple):
