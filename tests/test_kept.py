@@ -102,7 +102,7 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     re-shaped), then latency 0 (a network of its own). Judged with margins that tell a re-shaped
     link from one that was not, not by calibration's own tolerance (a miss is accepted): in CI on
     a noisy VM host, one TCP stream at a 40 ms round trip reached 92-165 of the 200 Mbit/s in its
-    2.5 s (76 here on 28 November: cubic regains a window lost to slow start's overshoot in
+    2.5 s (76 here early on 29 November: cubic regains a window lost to slow start's overshoot in
     seconds at that round trip), and idle RTTs rose by 1.7 ms, where calibration's own tests judge
     it. On a quiet host (this one, 29 November, nothing else running) the same cells' 40 ms paths
     read 199.4-200.0 Mbit/s kept (2 runs of the cells, 4 paths) and 198.5-201.5 on fresh networks (10
