@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gctestbed.launch import compose, nodeenv
+from gctestbed.net import shaping
 from gctestbed.spec import UserError
 from helpers import bare_cluster, gctestbed, show
 
@@ -136,8 +137,8 @@ def test_two_hosts_by_rendezvous_land_in_rank_0s_store(tmp_path, state_dir):
     assert filled(netns) <= filled(hosts), filled(netns) - filled(hosts)
     assert set(netns["environment"]) <= set(hosts["environment"])
     assert hosts["environment"]["launcher"] == "hosts" and hosts["latency_impl"] == "none"
-    assert [c["rate_bps"] for c in hosts["environment"]["qdisc_stats"]["qdiscs"]["eth0"]["classes"]] == [200_000_000]
-    sent = [c["sent_bytes"] for q in netns["environment"]["qdisc_stats"]["qdiscs"].values() for c in q["classes"]]
+    assert shaping.link_class(hosts["environment"]["qdisc_stats"]["qdiscs"]["eth0"])["rate_bps"] == 200_000_000
+    sent = [shaping.link_class(q)["sent_bytes"] for q in netns["environment"]["qdisc_stats"]["qdiscs"].values()]
     assert sent and all(b > 0 for b in sent)           # every shaped egress, counted before teardown
 
 

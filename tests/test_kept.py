@@ -23,7 +23,7 @@ import pytest
 from gctestbed import flags, results, runner, sweep
 from gctestbed.launch import forkserver
 from gctestbed.launch.kept import COUNTERS, kept_for
-from gctestbed.net import topology
+from gctestbed.net import shaping, topology
 from gctestbed.net.cable import Cable
 from helpers import SMALL, leftovers, show
 
@@ -53,7 +53,7 @@ def _sent(summary: dict, node: str = "n0") -> int:
     """What node ``node``'s eth0 htb class sent during the run, as the kernel counted it."""
     qdiscs = summary["environment"]["qdisc_stats"]["qdiscs"]
     key = next(k for k in qdiscs if k.endswith(f"-{node}/eth0"))
-    return qdiscs[key]["classes"][0]["sent_bytes"]
+    return shaping.link_class(qdiscs[key])["sent_bytes"]
 
 
 def _no_ledgers(state_dir) -> None:
@@ -137,7 +137,7 @@ def test_a_kept_network_takes_each_cells_link_and_is_rebuilt_where_it_cannot(tmp
     for s in summaries[:3]:
         stats = s["environment"]["qdisc_stats"]
         egress = next(k for k in stats["qdiscs"] if k.endswith("-n0/eth0"))
-        htb = stats["qdiscs"][egress]["classes"][0]["sent_bytes"]
+        htb = shaping.link_class(stats["qdiscs"][egress])["sent_bytes"]
         relayed = stats["delay_lines"][f"{egress} ab"]["bytes_in"]
         assert htb > 1e6 and 0.95 < relayed / htb < 1.05, (relayed, htb)
     _no_ledgers(state_dir)

@@ -25,6 +25,7 @@ class Cable:
     b_if: str
     hop: Hop
     lossy: bool = False     # a loss fault may strike it mid-run: netem leaf / per-packet delay line from the start
+    a_host: bool = False    # end a is a node's own interface: its egress sends ACKs ahead of data (shaping)
 
 
 def impaired(d: Direction) -> bool:
@@ -42,7 +43,7 @@ def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
     """Shape both ends' egress; with ``impl`` netem, delay, jitter and loss go on a netem leaf."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}")
-    for ns, ifname, direction in ((c.a_ns, c.a_if, c.hop.ab), (c.b_ns, c.b_if, c.hop.ba)):
+    for ns, ifname, direction, host in ((c.a_ns, c.a_if, c.hop.ab, c.a_host), (c.b_ns, c.b_if, c.hop.ba, False)):
         with namespaces.iproute(ns) as ipr:
             record("qdisc", dev=ifname, netns=ns)
-            shaping.apply(ipr, ifname, direction, netem=impl == "netem", always_netem=c.lossy)
+            shaping.apply(ipr, ifname, direction, netem=impl == "netem", always_netem=c.lossy, host=host)

@@ -39,8 +39,8 @@ class Throughput:
 
 def sender_class_bytes(ns: str | None, ifname: str) -> int | None:
     with namespaces.iproute(ns) as ipr:
-        classes = shaping.describe(ipr, ifname)["classes"]
-    return classes[0].get("sent_bytes") if classes else None
+        link = shaping.link_class(shaping.describe(ipr, ifname))
+    return link.get("sent_bytes") if link else None
 
 
 class Echo:

@@ -84,7 +84,7 @@ def shape(ifname: str, d: Direction, state_dir: str, force: bool = False) -> dic
         if not before["default"]:
             ipr.tc("del", index=index, handle=before["handle"], parent=0xFFFFFFFF)
         try:
-            shaping.apply(ipr, ifname, d, netem=bool(d.delay_s or d.jitter_s or d.loss_pct))
+            shaping.apply(ipr, ifname, d, netem=bool(d.delay_s or d.jitter_s or d.loss_pct), host=True)
         except BaseException:
             _restore(ipr, ifname, before)
             os.unlink(path)

@@ -126,7 +126,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             namespaces.create(node_ns)
         _quiet_ipv6(node_ns)
         network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop,
-                                          lossy=rank in lossy))
+                                          lossy=rank in lossy, a_host=True))
     for j, trunk in enumerate(topo.trunks):
         network.cables.append(cable.Cable(switches[trunk.a], f"{prefix}-t{j}a", switches[trunk.b], f"{prefix}-t{j}b",
                                           trunk.hop))
