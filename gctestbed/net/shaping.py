@@ -11,9 +11,9 @@ A host's own egress (``host=True``: a node's end of its cable, a shaped NIC) sta
 host's qdisc and NIC, and Linux hosts' default qdisc, fq_codel, serves a sparse flow such as a
 stream of ACKs ahead of bulk data. One FIFO there put every ACK a node sends behind the data it
 sends: in a ring all-reduce each node's ACKs to its upstream neighbour waited behind its own
-segments to its downstream one, and Gloo's ring of 1 MB reached 79-83 % of the link at 8 nodes
-and 93 % at 16, where with ACKs first it reaches 95-96 % at both (docs/replay.md, "ACKs ahead
-of data"). The kernels this runs on may lack
+segments to its downstream one, and Gloo's ring of 1 MB reached 86-89 % of the link at 4 and 8
+nodes against 93 % at 16; with ACKs first, 93-96 % at each (docs/replay.md, "ACKs ahead of
+data"). The kernels this runs on may lack
 fq_codel, so a host's egress splits its class in two with htb's priorities, the only property
 of fq_codel that matters here: packets under SMALL_PACKET_BYTES (pure ACKs, SACKs, probes) first,
 the rest after, both borrowing the whole rate. A switch's port stays one FIFO, as a switch's is.
