@@ -204,5 +204,14 @@ def _since(before, after):
                     else _since(before.get(k) if isinstance(before, dict) else None, v)) for k, v in after.items()}
     if isinstance(after, list):
         old = before if isinstance(before, list) else []
-        return [_since(old[i] if i < len(old) else None, v) for i, v in enumerate(after)]
+        by_id = {_entry_id(e): e for e in old if _entry_id(e) is not None}
+        return [_since(by_id.get(_entry_id(v)) if _entry_id(v) is not None else (old[i] if i < len(old) else None), v)
+                for i, v in enumerate(after)]
     return after
+
+
+def _entry_id(entry):
+    """What names a qdisc or class among its egress's (the kernel's listing order is not a promise)."""
+    if isinstance(entry, dict) and ("classid" in entry or "handle" in entry):
+        return entry.get("classid") or entry.get("handle")
+    return None

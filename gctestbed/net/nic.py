@@ -1,8 +1,8 @@
 """Shaping an interface gctestbed did not create (a real NIC, or a container's eth0), and putting
 back exactly what was there.
 
-``shape`` saves the interface's root qdisc, then installs the same htb (and netem leaf, where
-the kernel has netem) that every launcher uses. An interface whose root qdisc is not the
+``shape`` saves the interface's root qdisc, then installs the same htb (and netem leaves, where
+the kernel has netem) that every launcher puts on a node's own egress, pure ACKs ahead of bulk data. An interface whose root qdisc is not the
 kernel's default is refused unless forced, because someone configured it; forced, its qdisc is
 saved and ``unshape`` rebuilds it with the same parameters (tbf and the kernel defaults are
 rebuilt exactly; other kinds are refused, since they could not be put back). The saved state lives

@@ -1,22 +1,27 @@
 """One direction of a link in, traffic-control configuration out (pyroute2 netlink, no tc strings).
 
 Every launcher shapes through this module. An egress gets an htb root with one class whose rate
-and ceil are the link rate (htb carries 64-bit rates, so 100gbit works) and whose burst is a few
-milliseconds of that rate but at least two full frames: a bucket much larger than that never
+and ceil are the link rate (htb carries 64-bit rates, so 100gbit works; a host's egress splits
+it in two, below) and whose burst is a few milliseconds of that rate but at least two full frames: a bucket much larger than that never
 empties and silently removes the limit; a smaller one cannot keep the link busy. Delay, jitter
-and loss, where netem is used for them, are a netem leaf under the class whose queue holds at
-least a bandwidth-delay product.
+and loss, where netem is used for them, are a netem leaf under the class (under each of a host's
+two) whose queue holds at least a bandwidth-delay product.
 
 A host's own egress (``host=True``: a node's end of its cable, a shaped NIC) stands for that
-host's qdisc and NIC, and Linux hosts' default qdisc, fq_codel, serves a sparse flow such as a
-stream of ACKs ahead of bulk data. One FIFO there put every ACK a node sends behind the data it
-sends: in a ring all-reduce each node's ACKs to its upstream neighbour waited behind its own
-segments to its downstream one, and Gloo's ring of 1 MB reached 86-89 % of the link at 4 and 8
-nodes against 93 % at 16; with ACKs first, 93-96 % at each (docs/replay.md, "ACKs ahead of
-data"). The kernels this runs on may lack
-fq_codel, so a host's egress splits its class in two with htb's priorities, the only property
-of fq_codel that matters here: packets under SMALL_PACKET_BYTES (pure ACKs, SACKs, probes) first,
-the rest after, both borrowing the whole rate. A switch's port stays one FIFO, as a switch's is.
+host's qdisc and NIC, and Linux hosts' default qdisc, fq_codel, keeps each flow in a queue of its
+own and serves a sparse one, such as the pure ACKs a host sends for a flow it receives, ahead of
+bulk flows. One FIFO there put every ACK a node sends behind the data it sends: in a ring
+all-reduce each node's ACKs to its upstream neighbour waited behind its own segments to its
+downstream one, and Gloo's ring of 1 MB reached 86-89 % of the link at 4 and 8 nodes against 93 %
+at 16; with ACKs first, 93-96 % at each (docs/replay.md, "ACKs ahead of data"). The kernels this
+runs on may lack fq_codel, so a host's egress emulates that one property and no other (not its
+per-flow fairness, not CoDel's delay target: data waits in one FIFO as before): its class has two
+children, ACK_CLASS for pure ACKs, guaranteed 1/ACK_SHARE of the rate, which they stay within, so
+htb serves it ahead of BULK, which borrows the rest of the rate (the priorities agree, and only
+order the two once ACKs exceed their share). A pure ACK is matched by its headers (IPv4 without
+options, TCP, 32-127 bytes, PSH clear), never by size alone: a small data segment sent ahead of
+its own connection's queued data would reach its receiver out of order. A switch's port stays
+one FIFO, as a switch's is.
 """
 
 from __future__ import annotations
@@ -32,9 +37,15 @@ FRAME_BYTES = 1514          # a full Ethernet frame at MTU 1500, headers include
 BURST_TIME_S = 0.002        # bucket depth in time at the link rate
 PSCHED_TICK_S = 64e-9       # the kernel's psched tick (PSCHED_SHIFT = 6)
 ROOT, CLASS, LEAF = 0x10000, 0x10001, 0x100000   # 1:, 1:1, 10:
-SMALL, BULK, SMALL_LEAF = 0x10002, 0x10003, 0x200000   # a host's egress: 1:2 first, 1:3 after; 20:
-SMALL_PACKET_BYTES = 128    # IP length under which a host's packet goes first: an ACK with timestamps and SACK blocks is at most 92
-SMALL_SHARE = 20            # the small class is guaranteed 1/20 of the rate (ACKs are ~2 % of a bulk flow's bytes) and borrows the rest
+ACK_CLASS, BULK, ACK_LEAF = 0x10002, 0x10003, 0x200000   # a host's egress: 1:2 first, 1:3 after; 20:
+ACK_SHARE = 20              # 1:2 is guaranteed 1/20 of the rate (pure ACKs are ~2 % of the bytes of the flow they answer)
+# A pure ACK's IPv4 and TCP headers, as u32 keys (value/mask+offset into the IP header), one filter per length range:
+# version 4 without options; an IP length of 32-63 or 64-127 bytes (an ACK with timestamps and SACK blocks is at
+# most 80, TCP's options filling at most 40; a BIG TCP frame, whose length field reads 0, is not one); protocol TCP;
+# PSH clear (Linux sets PSH on the last segment of every write, so a data segment under 128 bytes carries it). A
+# key's mask never has a zero byte between others: pyroute2 0.9.7 packs masks byte by byte and would close the gap.
+_ACK_HEADERS = ["0x45000000/0xff000000+0", "0x00060000/0x00ff0000+8", "0x00000000/0x00080000+32"]
+PURE_ACK_KEYS = [_ACK_HEADERS + ["0x00000020/0x0000ffe0+0"], _ACK_HEADERS + ["0x00000040/0x0000ffc0+0"]]
 
 
 def burst_bytes(rate_bps: int) -> int:
@@ -52,24 +63,25 @@ def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False, always_n
           host: bool = False) -> None:
     """Shape the egress of ``ifname``: htb at ``d.rate_bps``, plus netem for the rest if asked
     (``always_netem``: a netem leaf even with nothing to do yet, for set_loss to change later);
-    ``host``: a host's own egress, whose small packets go ahead of its bulk data (module docstring)."""
+    ``host``: a host's own egress, whose pure ACKs go ahead of its bulk data (module docstring)."""
     index = _index(ipr, ifname)
     rate = d.rate_bps // 8
     burst = burst_bytes(d.rate_bps)
-    _tc(ipr, "add", "htb", index, ROOT, default=BULK if host else CLASS)
+    _tc(ipr, "add", "htb", index, ROOT, default=(BULK if host else CLASS) & 0xFFFF)
     _tc(ipr, "add-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
     if host:
         for handle, share, prio in _host_classes(rate):
             _tc(ipr, "add-class", "htb", index, handle, parent=CLASS, rate=share, ceil=rate, burst=burst, cburst=burst,
                 prio=prio)
-        try:       # IP total length (bytes 2-3 of the header) under SMALL_PACKET_BYTES
-            ipr.tc("add-filter", "u32", index, parent=ROOT, prio=1, protocol=protocols.ETH_P_IP, target=SMALL,
-                   keys=[f"0x00000000/0x{0xFFFF & -SMALL_PACKET_BYTES:08x}+0"])
-        except NetlinkError as e:
-            if e.code in (errno.ENOENT, errno.EOPNOTSUPP):
-                raise UserError("this kernel has no u32 classifier (module cls_u32), which a node's egress needs to send "
-                                "its ACKs ahead of its data; load it.") from None
-            raise
+        for keys in PURE_ACK_KEYS:
+            try:
+                ipr.tc("add-filter", "u32", index, parent=ROOT, prio=1, protocol=protocols.ETH_P_IP, target=ACK_CLASS,
+                       keys=keys)
+            except NetlinkError as e:
+                if e.code in (errno.ENOENT, errno.EOPNOTSUPP):
+                    raise UserError("this kernel has no u32 classifier (module cls_u32), which a node's egress needs to "
+                                    "send its ACKs ahead of its data; load it.") from None
+                raise
     if netem and (always_netem or d.delay_s or d.jitter_s or d.loss_pct):
         for parent, leaf in _netem_parents(ipr, index):
             _netem(ipr, "add", index, parent, leaf, d, d.loss_pct)
@@ -77,14 +89,14 @@ def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False, always_n
 
 def _host_classes(rate: int) -> list[tuple[int, int, int]]:
     """A host's two classes under the link's: (handle, guaranteed rate in bytes/s, htb priority)."""
-    small = max(1, rate // SMALL_SHARE)
-    return [(SMALL, small, 0), (BULK, max(1, rate - small), 1)]
+    acks = max(1, rate // ACK_SHARE)
+    return [(ACK_CLASS, acks, 0), (BULK, max(1, rate - acks), 1)]
 
 
 def _netem_parents(ipr: IPRoute, index: int) -> list[tuple[int, int]]:
     """Where the netem leaves go: under the link's class, or under each of a host's two classes."""
     if any(c["handle"] == BULK for c in ipr.get_classes(index=index)):
-        return [(SMALL, SMALL_LEAF), (BULK, LEAF)]
+        return [(ACK_CLASS, ACK_LEAF), (BULK, LEAF)]
     return [(CLASS, LEAF)]
 
 
@@ -96,7 +108,7 @@ def change(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None
     burst = burst_bytes(d.rate_bps)
     _tc(ipr, "change-class", "htb", index, CLASS, parent=ROOT, rate=rate, ceil=rate, burst=burst, cburst=burst)
     parents = _netem_parents(ipr, index)
-    if parents[0][0] == SMALL:
+    if parents[0][0] == ACK_CLASS:
         for handle, share, prio in _host_classes(rate):
             _tc(ipr, "change-class", "htb", index, handle, parent=CLASS, rate=share, ceil=rate, burst=burst,
                 cburst=burst, prio=prio)
