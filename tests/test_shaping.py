@@ -106,8 +106,7 @@ def _tcp_counters(ns: str) -> dict:
 
 def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
     """Linux hosts' default qdisc (fq_codel) serves a sparse flow, such as a host's pure ACKs, ahead
-    of bulk data, so a node's ACKs do not wait behind its own outgoing data (shaping's docstring:
-    with one FIFO, Gloo's ring lost up to 14 % of the link). Checked by the kernel's own round trip
+    of bulk data, so a node's ACKs do not wait behind its own outgoing data (shaping's docstring). Checked by the kernel's own round trip
     of a flow whose ACKs leave by a loaded egress: node a sends bulk TCP to b through 10 Mbit/s links
     while c sends a's sink 2 KB every 20 ms (far below the link: no queue of its own); a's ACKs to c
     cross nothing else that carries a's data. c's smoothed RTT stays a few milliseconds; behind a's

@@ -10,18 +10,16 @@ two) whose queue holds at least a bandwidth-delay product.
 A host's own egress (``host=True``: a node's end of its cable, a shaped NIC) stands for that
 host's qdisc and NIC, and Linux hosts' default qdisc, fq_codel, keeps each flow in a queue of its
 own and serves a sparse one, such as the pure ACKs a host sends for a flow it receives, ahead of
-bulk flows. One FIFO there put every ACK a node sends behind the data it sends: in a ring
-all-reduce each node's ACKs to its upstream neighbour waited behind its own segments to its
-downstream one, and Gloo's ring of 1 MB reached 86-89 % of the link at 4 and 8 nodes against 93 %
-at 16; with ACKs first, 93-96 % at each (docs/replay.md, "ACKs ahead of data"). The kernels this
-runs on may lack fq_codel, so a host's egress emulates that one property and no other (not its
-per-flow fairness, not CoDel's delay target: data waits in one FIFO as before): its class has two
-children, ACK_CLASS for pure ACKs, guaranteed 1/ACK_SHARE of the rate, which they stay within, so
-htb serves it ahead of BULK, which borrows the rest of the rate (the priorities agree, and only
-order the two once ACKs exceed their share). A pure ACK is matched by its headers (IPv4 without
-options, TCP, 32-127 bytes, PSH clear), never by size alone: a small data segment sent ahead of
-its own connection's queued data would reach its receiver out of order. A switch's port stays
-one FIFO, as a switch's is.
+bulk flows. The kernels this runs on may lack fq_codel, so a host's egress emulates that for pure
+ACKs and nothing more (no per-flow queues, fairness or CoDel's delay target: data waits in one
+FIFO): its class has two children, ACK_CLASS, guaranteed 1/ACK_SHARE of the rate, which the ACKs
+stay within, so htb serves it ahead of BULK, which borrows the rest (the priorities agree, and
+only order the two once ACKs exceed their share). A pure ACK is matched by its headers (IPv4
+without options, TCP, 32-127 bytes, PSH clear), never by size alone: a first version that sent
+every small packet first let a small data segment overtake its own connection's queued data
+(docs/replay.md, "Small packets behind bulk data", where that version recovered Gloo's ring and
+this one does not: the ring waits on short data messages, which only queueing by flow would send
+first). A switch's port stays one FIFO, as a switch's is.
 """
 
 from __future__ import annotations
