@@ -35,9 +35,10 @@ def _halve_node0_uplink_as_soon_as_it_exists(results_dir, timeout_s=60):
                     index = ipr.link_lookup(ifname="eth0")[0]
                     if not ipr.get_classes(index=index):
                         continue
-                    rate = 100_000_000 // 8 // 2
-                    ipr.tc("change-class", "htb", index, 0x10001, parent=0x10000, rate=rate, ceil=rate,
-                           burst=25_000, cburst=25_000)
+                    for handle in (0x10001, 0x10002, 0x10003):     # the link's class and a node's two below it
+                        rate = 100_000_000 // 8 // 2 // {0x10001: 1, 0x10002: 20, 0x10003: 1}[handle]
+                        ipr.tc("change-class", "htb", index, handle, parent=0x10000 if handle == 0x10001 else 0x10001,
+                               rate=rate, ceil=100_000_000 // 8 // 2, burst=25_000, cburst=25_000)
                     return ledger["run_id"]
             except (OSError, IndexError):
                 continue

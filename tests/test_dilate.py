@@ -254,7 +254,8 @@ def test_a_dilated_run_cannot_be_traced(tmp_path):
 # --- a built network: the kernel's htb rate and ping's RTT are the dilated ones ---
 
 def _htb_rates(ns: str, ifname: str) -> list[int]:
-    """The htb classes' rates on ``ifname`` in bits per second, as the kernel reports them (pyroute2)."""
+    """The rate of the link's htb class (1:1) and every htb class's ceil on ``ifname`` in bits per
+    second, as the kernel reports them (pyroute2): a node's two classes under the link's share it."""
     with namespaces.iproute(ns) as ipr:
         index = ipr.link_lookup(ifname=ifname)[0]
         out = []
@@ -262,7 +263,10 @@ def _htb_rates(ns: str, ifname: str) -> list[int]:
             if c.get_attr("TCA_KIND") != "htb":
                 continue
             options = c.get_attr("TCA_OPTIONS")
-            out.append(8 * (options.get_attr("TCA_HTB_RATE64") or options.get_attr("TCA_HTB_PARMS")["rate"]))
+            parms = options.get_attr("TCA_HTB_PARMS")
+            if c["handle"] == 0x10001:
+                out.append(8 * (options.get_attr("TCA_HTB_RATE64") or parms["rate"]))
+            out.append(8 * (options.get_attr("TCA_HTB_CEIL64") or parms["ceil"]))
         return out
 
 

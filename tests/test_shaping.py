@@ -129,6 +129,7 @@ def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
     assert srtt < 15, f"c's smoothed round trip {srtt:.1f} ms, its ACKs from a behind a's bulk data"
     with namespaces.iproute(a.netns) as ipr:
         classes = {x["classid"]: x for x in shaping.describe(ipr, "eth0")["classes"]}
+    assert classes["1:1"]["overlimits"] > 0                                # a's egress, not the switch's, held the rate
     assert classes["1:3"]["sent_bytes"] > 0.9 * goodput / 8 * 4 > 0        # the bulk, in the bulk class
     assert classes["1:2"]["sent_packets"] > 50 and classes["1:2"]["sent_bytes"] < classes["1:2"]["sent_packets"] * 128
 

@@ -1,7 +1,7 @@
 """One shaped cable between two namespaces, both directions, whatever the kernel offers.
 
 Rate is always htb on each end's egress. Delay, jitter and loss come from a netem leaf under
-the htb class where the kernel has netem, or from the userspace delay line, whose TAP devices
+the htb class (under each of a node's two: shaping) where the kernel has netem, or from the userspace delay line, whose TAP devices
 then replace the veth pair. Either way the result is interface ``a_if`` in ``a_ns`` and
 ``b_if`` in ``b_ns``, shaped, ready to be addressed or bridged.
 """
@@ -40,7 +40,7 @@ def create_veth(c: Cable, record: Callable[..., None]) -> None:
 
 
 def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
-    """Shape both ends' egress; with ``impl`` netem, delay, jitter and loss go on a netem leaf."""
+    """Shape both ends' egress; with ``impl`` netem, delay, jitter and loss go on netem leaves."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}")
     for ns, ifname, direction, host in ((c.a_ns, c.a_if, c.hop.ab, c.a_host), (c.b_ns, c.b_if, c.hop.ba, False)):

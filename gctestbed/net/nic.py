@@ -2,11 +2,12 @@
 back exactly what was there.
 
 ``shape`` saves the interface's root qdisc, then installs the same htb (and netem leaves, where
-the kernel has netem) that every launcher puts on a node's own egress, pure ACKs ahead of bulk data. An interface whose root qdisc is not the
-kernel's default is refused unless forced, because someone configured it; forced, its qdisc is
-saved and ``unshape`` rebuilds it with the same parameters (tbf and the kernel defaults are
-rebuilt exactly; other kinds are refused, since they could not be put back). The saved state lives
-in a file per interface, so an unshape in another process, or after a crash, restores it.
+the kernel has netem) that every launcher puts on a node's own egress, pure ACKs ahead of bulk
+data. An interface whose root qdisc is not the kernel's default is refused unless forced,
+because someone configured it; forced, its qdisc is saved and ``unshape`` rebuilds it with the
+same parameters (tbf and the kernel defaults are rebuilt exactly; other kinds are refused, since
+they could not be put back). The saved state lives in a file per interface, so an unshape in
+another process, or after a crash, restores it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Every launcher shapes through this module. An egress gets an htb root with one class whose rate
 and ceil are the link rate (htb carries 64-bit rates, so 100gbit works; a host's egress splits
-it in two, below) and whose burst is a few milliseconds of that rate but at least two full frames: a bucket much larger than that never
-empties and silently removes the limit; a smaller one cannot keep the link busy. Delay, jitter
+it in two, below) and whose burst is a few milliseconds of that rate but at least two full
+frames: a bucket much larger than that never empties and silently removes the limit; a smaller
+one cannot keep the link busy. Delay, jitter
 and loss, where netem is used for them, are a netem leaf under the class (under each of a host's
 two) whose queue holds at least a bandwidth-delay product.
 
@@ -15,11 +16,11 @@ ACKs and nothing more (no per-flow queues, fairness or CoDel's delay target: dat
 FIFO): its class has two children, ACK_CLASS, guaranteed 1/ACK_SHARE of the rate, which the ACKs
 stay within, so htb serves it ahead of BULK, which borrows the rest (the priorities agree, and
 only order the two once ACKs exceed their share). A pure ACK is matched by its headers (IPv4
-without options, TCP, 32-127 bytes, PSH clear), never by size alone: a first version that sent
-every small packet first let a small data segment overtake its own connection's queued data
-(docs/replay.md, "Small packets behind bulk data", where that version recovered Gloo's ring and
-this one does not: the ring waits on short data messages, which only queueing by flow would send
-first). A switch's port stays one FIFO, as a switch's is.
+without options, TCP, 32-127 bytes, of FIN, SYN, RST, PSH and ACK only ACK), never by size alone:
+a first version that sent every small packet first let a small data segment overtake its own
+connection's queued data (docs/replay.md, "Small packets behind bulk data", where that version
+recovered Gloo's ring and this one does not: the ring most likely waits on short data messages,
+which only queueing by flow would send first). A switch's port stays one FIFO, as a switch's is.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ ACK_SHARE = 20              # 1:2 is guaranteed 1/20 of the rate (pure ACKs are 
 # A pure ACK's IPv4 and TCP headers, as u32 keys (value/mask+offset into the IP header), one filter per length range:
 # version 4 without options; an IP length of 32-63 or 64-127 bytes (an ACK with timestamps and SACK blocks is at
 # most 80, TCP's options filling at most 40; a BIG TCP frame, whose length field reads 0, is not one); protocol TCP;
-# PSH clear (Linux sets PSH on the last segment of every write, so a data segment under 128 bytes carries it). A
-# key's mask never has a zero byte between others: pyroute2 0.9.7 packs masks byte by byte and would close the gap.
-_ACK_HEADERS = ["0x45000000/0xff000000+0", "0x00060000/0x00ff0000+8", "0x00000000/0x00080000+32"]
+# of the flags FIN, SYN, RST, PSH and ACK only ACK (Linux sets PSH on the last segment of every write, so a data
+# segment under 128 bytes carries it, and a FIN or RST must not overtake its connection's data; a small segment sent
+# without PSH, under MSG_MORE or TCP_CORK, still matches). A key's mask never has a zero byte between others:
+# pyroute2 0.9.7 packs masks byte by byte and would close the gap.
+_ACK_HEADERS = ["0x45000000/0xff000000+0", "0x00060000/0x00ff0000+8", "0x00100000/0x001f0000+32"]
 PURE_ACK_KEYS = [_ACK_HEADERS + ["0x00000020/0x0000ffe0+0"], _ACK_HEADERS + ["0x00000040/0x0000ffc0+0"]]
 
 
