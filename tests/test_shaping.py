@@ -13,10 +13,10 @@ import time
 import warnings
 
 import pytest
+from pyroute2 import netns
 
 from gctestbed.launch.network import Shaped
 from gctestbed.net import measure, namespaces, shaping, topology
-from pyroute2 import netns
 from gctestbed.spec import LinkSpec, RunSpec, TopologySpec
 
 pytestmark = pytest.mark.root
@@ -106,8 +106,9 @@ def _tcp_counters(ns: str) -> dict:
 
 def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
     """Linux hosts' default qdisc (fq_codel) serves a sparse flow, such as a host's pure ACKs, ahead
-    of bulk data, so a node's ACKs do not wait behind its own outgoing data (shaping's docstring). Checked by the kernel's own round trip
-    of a flow whose ACKs leave by a loaded egress: node a sends bulk TCP to b through 10 Mbit/s links
+    of bulk data, so a node's ACKs do not wait behind its own outgoing data (shaping's docstring).
+    Checked by the kernel's own round trip of a flow whose ACKs leave by a loaded egress: node a
+    sends bulk TCP to b through 10 Mbit/s links
     while c sends a's sink 2 KB every 20 ms (far below the link: no queue of its own); a's ACKs to c
     cross nothing else that carries a's data. c's smoothed RTT stays a few milliseconds; behind a's
     data it waits out the queue TCP keeps there (planted, the ACKs' filters sending them to the bulk
@@ -137,8 +138,8 @@ def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
 def test_a_small_write_does_not_overtake_its_own_connections_data(ledger):
     """Only pure ACKs go first: a small data segment sent ahead of its own connection's queued data
     would arrive out of order, which fq_codel, one queue a flow, never does. A sender writes 100 kB,
-    then 40 bytes 5 ms later, then waits 0.1 s, for 5 s through a 10 Mbit/s link; the kernel's counters of reordering
-    and retransmission on its side stay at zero (planted, packets under 128 bytes matched by size
+    then 40 bytes 5 ms later, then waits 0.1 s, for 5 s through a 10 Mbit/s link; the kernel's
+    counters of reordering and retransmission on its side stay at zero (planted, packets under 128 bytes matched by size
     alone, as a first version did: 47 reorderings and 45 retransmitted segments)."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
     a, b = net.nodes
