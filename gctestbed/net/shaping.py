@@ -84,7 +84,7 @@ def apply(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False, always_n
                                     "send its ACKs ahead of its data; load it.") from None
                 raise
     if netem and (always_netem or d.delay_s or d.jitter_s or d.loss_pct):
-        for parent, leaf in _netem_parents(ipr, index):
+        for parent, leaf in _leaves(host):
             _netem(ipr, "add", index, parent, leaf, d, d.loss_pct)
 
 
@@ -94,11 +94,15 @@ def _host_classes(rate: int) -> list[tuple[int, int, int]]:
     return [(ACK_CLASS, acks, 0), (BULK, max(1, rate - acks), 1)]
 
 
+def _leaves(host: bool) -> list[tuple[int, int]]:
+    """Where the netem leaves go: (parent class, leaf handle) under the link's class, or under each
+    of a host's two classes."""
+    return [(ACK_CLASS, ACK_LEAF), (BULK, LEAF)] if host else [(CLASS, LEAF)]
+
+
 def _netem_parents(ipr: IPRoute, index: int) -> list[tuple[int, int]]:
-    """Where the netem leaves go: under the link's class, or under each of a host's two classes."""
-    if any(c["handle"] == BULK for c in ipr.get_classes(index=index)):
-        return [(ACK_CLASS, ACK_LEAF), (BULK, LEAF)]
-    return [(CLASS, LEAF)]
+    """``_leaves`` of an egress ``apply`` shaped, read from its classes (a host's has BULK)."""
+    return _leaves(any(c["handle"] == BULK for c in ipr.get_classes(index=index)))
 
 
 def change(ipr: IPRoute, ifname: str, d: Direction, netem: bool = False) -> None:
