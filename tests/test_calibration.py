@@ -16,7 +16,7 @@ def _halve_node0_uplink_as_soon_as_it_exists(results_dir, timeout_s=60):
     import json
     import os
 
-    from gctestbed.net import namespaces
+    from gctestbed.net import namespaces, shaping
     deadline = time.monotonic() + timeout_s
     state_dir = os.environ["GCTESTBED_STATE_DIR"]
     while time.monotonic() < deadline:
@@ -35,10 +35,11 @@ def _halve_node0_uplink_as_soon_as_it_exists(results_dir, timeout_s=60):
                     index = ipr.link_lookup(ifname="eth0")[0]
                     if not ipr.get_classes(index=index):
                         continue
-                    for handle in (0x10001, 0x10002, 0x10003):     # the link's class and a node's two below it
-                        rate = 100_000_000 // 8 // 2 // {0x10001: 1, 0x10002: 20, 0x10003: 1}[handle]
-                        ipr.tc("change-class", "htb", index, handle, parent=0x10000 if handle == 0x10001 else 0x10001,
-                               rate=rate, ceil=100_000_000 // 8 // 2, burst=25_000, cburst=25_000)
+                    half = 100_000_000 // 8 // 2       # the link's class and a node's two below it
+                    for handle, rate, parent in [(shaping.CLASS, half, shaping.ROOT)] + \
+                            [(h, r, shaping.CLASS) for h, r, _ in shaping._host_classes(half)]:
+                        ipr.tc("change-class", "htb", index, handle, parent=parent, rate=rate, ceil=half,
+                               burst=25_000, cburst=25_000)
                     return ledger["run_id"]
             except (OSError, IndexError):
                 continue

@@ -16,7 +16,7 @@ import pytest
 
 from gctestbed import flags, results, tracefile
 from gctestbed.analysis import cells
-from gctestbed.net import namespaces
+from gctestbed.net import namespaces, shaping
 from gctestbed.spec import LinkSpec, RunSpec, SpecError
 import synthetic
 from helpers import gctestbed, here, kept_runs, show
@@ -255,19 +255,10 @@ def test_a_dilated_run_cannot_be_traced(tmp_path):
 
 def _htb_rates(ns: str, ifname: str) -> list[int]:
     """The rate of the link's htb class (1:1) and every htb class's ceil on ``ifname`` in bits per
-    second, as the kernel reports them (pyroute2): a node's two classes under the link's share it."""
+    second, as the kernel reports them (shaping.describe): a node's two classes under the link's share it."""
     with namespaces.iproute(ns) as ipr:
-        index = ipr.link_lookup(ifname=ifname)[0]
-        out = []
-        for c in ipr.get_classes(index=index):
-            if c.get_attr("TCA_KIND") != "htb":
-                continue
-            options = c.get_attr("TCA_OPTIONS")
-            parms = options.get_attr("TCA_HTB_PARMS")
-            if c["handle"] == 0x10001:
-                out.append(8 * (options.get_attr("TCA_HTB_RATE64") or parms["rate"]))
-            out.append(8 * (options.get_attr("TCA_HTB_CEIL64") or parms["ceil"]))
-        return out
+        described = shaping.describe(ipr, ifname)
+    return [shaping.link_class(described)["rate_bps"]] + [c["ceil_bps"] for c in described["classes"]]
 
 
 def _ping_rtt_s(ns: str, address: str) -> float:

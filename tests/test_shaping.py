@@ -8,7 +8,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import warnings
 
@@ -58,28 +57,6 @@ def test_applied_configuration_is_read_back_from_the_kernel(ledger):
     assert [c["classid"] for c in applied[f"{node.switch_ns}/{node.port}"]["classes"]] == ["1:1"]
 
 
-class _Sink:
-    """A TCP server in ``ns`` that reads and drops whatever one peer sends, until closed."""
-
-    def __init__(self, ns: str, addr: str, port: int):
-        self.sock = netns.create_socket(ns, socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((addr, port))
-        self.sock.listen(1)
-        self.thread = threading.Thread(target=self._drain, daemon=True)
-        self.thread.start()
-
-    def _drain(self):
-        conn, _ = self.sock.accept()
-        with conn:
-            while conn.recv(1 << 16):
-                pass
-
-    def close(self):
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 def _sender(ns: str, addr: str, port: int) -> socket.socket:
     s = netns.create_socket(ns, socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -115,7 +92,7 @@ def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
     class: 134.5 ms). The class counters say the bulk went through the bulk class at the link's rate."""
     net = build(ledger, TopologySpec.star(3, LinkSpec(bw_bps=10_000_000)))
     a, b, c = net.nodes
-    sink = _Sink(a.netns, a.address, 5301)
+    sink = measure.Sink(a.netns, a.address, 0, 5301)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         bulk = pool.submit(measure.throughput_bps, b.netns, b.address, a.netns, 4)     # a sends to b
         time.sleep(1.5)                                                                  # a's queue built
@@ -143,7 +120,7 @@ def test_a_small_write_does_not_overtake_its_own_connections_data(ledger):
     alone, as a first version did: 47 reorderings and 45 retransmitted segments)."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
     a, b = net.nodes
-    sink = _Sink(b.netns, b.address, 5302)
+    sink = measure.Sink(b.netns, b.address, 0, 5302)
     before = _tcp_counters(a.netns)
     with _sender(a.netns, b.address, 5302) as s:
         end = time.monotonic() + 5

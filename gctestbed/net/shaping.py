@@ -37,7 +37,7 @@ BURST_TIME_S = 0.002        # bucket depth in time at the link rate
 PSCHED_TICK_S = 64e-9       # the kernel's psched tick (PSCHED_SHIFT = 6)
 ROOT, CLASS, LEAF = 0x10000, 0x10001, 0x100000   # 1:, 1:1, 10:
 ACK_CLASS, BULK, ACK_LEAF = 0x10002, 0x10003, 0x200000   # a host's egress: 1:2 first, 1:3 after; 20:
-ACK_SHARE = 20              # 1:2 is guaranteed 1/20 of the rate (pure ACKs are ~2 % of the bytes of the flow they answer)
+ACK_SHARE = 20              # 1:2 is guaranteed 1/20 of the rate: ample (ring-share at 16 nodes: ~2,100 ACKs of 66 bytes, 0.25 % of a node's 57 MB)
 # A pure ACK's IPv4 and TCP headers, as u32 keys (value/mask+offset into the IP header), one filter per length range:
 # version 4 without options; an IP length of 32-63 or 64-127 bytes (an ACK with timestamps and SACK blocks is at
 # most 80, TCP's options filling at most 40; a BIG TCP frame, whose length field reads 0, is not one); protocol TCP;
