@@ -69,9 +69,10 @@ def test_installed_wheel_runs_from_anywhere(wheel, tmp_path, state_dir):
 
     run = subprocess.run([str(venv / "bin" / "gctestbed"), "run", "--nodes", "2", "--topology", "star", "--bw", "100mbit",
                           "--latency", "5ms", "--compressor", "twobit", "--kernels", "native", "--workload",
-                          "mlp:width=64,depth=1,input_dim=64", "--steps", "3", "--results", "r"],
+                          "mlp:width=64,depth=1,input_dim=64", "--steps", "3", "--accept-miss", "--results", "r"],
                          cwd=away, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]      # --accept-miss: the rate is
+    # test_calibration's to judge; here a busy CI host once read 86.8 Mbit/s of 100 (idle RTT 11.8 ms for 10)
     shown = subprocess.run([str(venv / "bin" / "gctestbed"), "show", "--json", "--results", "r"], cwd=away, env=env,
                            capture_output=True, text=True, timeout=120)
     summary = json.loads(shown.stdout)
