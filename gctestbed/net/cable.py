@@ -45,5 +45,16 @@ def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
         raise ValueError(f"impl must be one of {IMPLS}")
     for ns, ifname, direction, host in ((c.a_ns, c.a_if, c.hop.ab, c.a_host), (c.b_ns, c.b_if, c.hop.ba, False)):
         with namespaces.iproute(ns) as ipr:
+            if host:
+                one_frame_at_a_time(ipr, ifname)
             record("qdisc", dev=ifname, netns=ns)
             shaping.apply(ipr, ifname, direction, netem=impl == "netem", always_netem=c.lossy, host=host)
+
+
+def one_frame_at_a_time(ipr, ifname: str) -> None:
+    """A node's TCP hands its interface one segment per packet (no GSO or TSO), as a NIC puts
+    frames on its wire: a 64 KB GSO packet let through the node's htb at once would put the
+    switch's port behind it into debt, and a short message to that port's node, from any node,
+    would wait out the debt (by hand: 26 ms on average at 10 Mbit/s, against a frame's 1.2 ms;
+    docs/replay.md, "Small packets behind bulk data")."""
+    ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], gso_max_segs=1)
