@@ -57,6 +57,23 @@ def test_applied_configuration_is_read_back_from_the_kernel(ledger):
     assert [c["classid"] for c in applied[f"{node.switch_ns}/{node.port}"]["classes"]] == ["1:1"]
 
 
+def _gso_max_segs(ns: str) -> int:
+    with namespaces.iproute(ns) as ipr:
+        return ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0].get_attr("IFLA_GSO_MAX_SEGS")
+
+
+def test_a_nodes_gso_packets_are_a_millisecond_of_its_link_at_most(ledger):
+    """A node's interface takes GSO packets of what its link carries in 1 ms, at least one segment
+    (cable.gso_segments), as the kernel reports it, built and re-shaped in place. By hand, full
+    frames of 1514 bytes: 10 Mbit/s carry 1,250 bytes in 1 ms, less than a frame: 1; 100 Mbit/s
+    12,500 bytes: 8; 1 Gbit/s 125,000 bytes: 82."""
+    net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
+    assert [_gso_max_segs(n.netns) for n in net.nodes] == [1, 1]
+    for rate, segs in ((100_000_000, 8), (1_000_000_000, 82)):
+        topology.reshape(net, TopologySpec.star(2, LinkSpec(bw_bps=rate)), 0)
+        assert [_gso_max_segs(n.netns) for n in net.nodes] == [segs, segs]
+
+
 def _sender(ns: str, addr: str, port: int) -> socket.socket:
     s = netns.create_socket(ns, socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -89,7 +106,7 @@ def test_a_nodes_acks_go_ahead_of_the_data_it_sends(ledger):
     2 KB every 20 ms (far below the link: no queue of its own); a's ACKs to b share a's egress and
     the switch's port to b with a's data to b. b's smoothed RTT stays under 3 ms (0.7-1.3 measured).
     Planted: the ACKs' filters sending them to the bulk class, 4.7-4.9 ms; a node's TCP handing its
-    interface 64 KB GSO packets (cable.one_frame_at_a_time left out), 26.2-30.8 ms, the switch's port
+    interface 64 KB GSO packets (cable.limit_gso left out), 26.2-30.8 ms, the switch's port
     to b in debt after each. The class counters say the bulk went through the bulk class at the link's
     rate and the ACKs through theirs."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
@@ -122,8 +139,8 @@ def test_a_nodes_short_answers_wait_for_a_few_frames_of_its_data_elsewhere_at_mo
     bytes of data (PSH set: not a pure ACK, so it queues with a's data), for 2.5 s while a sends.
     The median question and answer, timed by c, stays under 15 ms (4.2-5.4 measured: some 4.5 KB
     of a's data ahead of it).
-    Planted: a node's TCP handing its interface 64 KB GSO packets (cable.one_frame_at_a_time left
-    out), whose queue at a's egress held 136 KB in two of them: 143.4 ms."""
+    Planted: a node's TCP handing its interface 64 KB GSO packets (cable.limit_gso left out),
+    whose queue at a's egress held 136 KB in two of them: 143.4 ms."""
     net = build(ledger, TopologySpec.star(3, LinkSpec(bw_bps=10_000_000)))
     a, b, c = net.nodes
     server = netns.create_socket(a.netns, socket.AF_INET, socket.SOCK_STREAM)

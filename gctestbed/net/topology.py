@@ -211,8 +211,10 @@ def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
     hops = _hops(topo)
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         c.hop = hop
-        for ns, ifname, d in ((c.a_ns, c.a_if, hop.ab), (c.b_ns, c.b_if, hop.ba)):
+        for ns, ifname, d, host in ((c.a_ns, c.a_if, hop.ab, c.a_host), (c.b_ns, c.b_if, hop.ba, False)):
             with namespaces.iproute(ns) as ipr:
+                if host:
+                    cable.limit_gso(ipr, ifname, d.rate_bps)
                 shaping.change(ipr, ifname, d, netem=network.impl == "netem" and (c.lossy or cable.impaired(d)))
         if network.relay:
             delayline.retune(network.relay, i, "ab", hop.ab)
