@@ -34,11 +34,12 @@ class Shaped:
         faults.apply(self.network, rank, kind, active, pct)
 
     def describe(self, qdiscs: dict | None = None) -> dict:
-        """How delay is made, the TCP buffers, and the qdiscs as the kernel reports them now (or
+        """How delay is made, the TCP buffers, the nodes' GSO packets, and the qdiscs as the kernel reports them now (or
         ``qdiscs``, read already by the caller)."""
         if self.network is None:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
+                "gso_max_segs": self.network.gso_max_segs,
                 "tcp_congestion_control": topology.TCP_CONGESTION_CONTROL,
                 # a host change the run made: the kernel lets a namespace take only an allowed one
                 "tcp_congestion_control_allowed_on_host": self.network.allowed_on_host,

@@ -6,7 +6,8 @@ through a timestamped FIFO per direction. Packets stay in the kernel's TCP at bo
 senders see the real round trip (a proxy would hide it). The kernel's htb on each TAP still
 does the rate; the relay only delays and drops. A cable with loss has offloads off so that loss
 hits MTU-sized packets, not 64 KB GSO frames (this costs throughput: a lossy cable is meant for
-modest rates). A cable a loss fault may strike later has offloads off from the start, and the
+modest rates); without loss, a node's own TCP sends GSO packets of at most 1 ms of its slowest
+path (topology.gso_segments), single frames on a slow one. A cable a loss fault may strike later has offloads off from the start, and the
 relay takes commands on its stdin: a direction's loss mid-run (a fault), its delay between the
 cells of a sweep that keeps its network, a new seed for every direction's generator (each cell of
 such a sweep draws the delays a network of its own would, whatever the cells before it drew), and

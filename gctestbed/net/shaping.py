@@ -20,7 +20,8 @@ without options, TCP, 32-127 bytes, of FIN, SYN, RST, PSH and ACK only ACK), nev
 a first version that sent every small packet first let a small data segment overtake its own
 connection's queued data (docs/replay.md, "Small packets behind bulk data"). What Gloo's ring
 waited on was the size of what a node queued, not its order: a node's interface takes GSO
-packets of at most 1 ms of its link (cable.gso_segments), one segment on a slow one. A switch's port stays one FIFO, as a switch's is.
+packets of at most 1 ms of its slowest path (topology.gso_segments), one segment on a slow one.
+A switch's port stays one FIFO, as a switch's is.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ class NodePort:
 
 
 TCP_BUFFER_FLOOR = 6 << 20      # never below Linux's usual autotuning maximum
+GSO_TIME_S = 0.001              # a node's GSO packet is at most this much of its slowest path's time (gso_segments)
+GSO_MAX_SEGS = 65535            # the kernel's own limit, every device's default
 # Every node's TCP congestion control: Linux's default, what a cluster's hosts run unless tuned. A new
 # namespace inherits the host's choice instead, and a host set to BBR (this project's VMs are) gives
 # the nodes a congestion control that paces by its own clock, in host time: under --dilate 4 it left
@@ -54,6 +56,26 @@ def tcp_buffer_bytes(topo: TopologySpec, rank: int) -> int:
     return max(TCP_BUFFER_FLOOR, int(4 * bdp))
 
 
+def gso_segments(topo: TopologySpec, rank: int) -> int:
+    """How many segments node ``rank``'s TCP may hand its interface in one GSO packet: what the
+    slowest egress on any of its paths carries in GSO_TIME_S, at least one.
+
+    An htb lets a GSO packet through at once and then holds its class in debt for the time the
+    packet is worth at its rate, so a short message behind it, from any node, waits out the debt:
+    64 KB are 52 ms at 10 Mbit/s (by hand, a node's ACKs waited 26-31 ms on average, against 0.7-2.3
+    with one segment a packet; docs/replay.md, "One frame at a time"). A real switch's port takes a
+    host's frames one at a time and interleaves other hosts' with them. Linux gives a flow whose
+    minimum RTT is under about 0.5 ms (no delay on the links) 64 KB packets at any rate
+    (tcp_tso_autosize's RTT term), and about 1 ms of its pacing rate otherwise. Fewer segments cost
+    the host CPU (one a packet at 1gbit with 5 ms of delay line read 771-905 Mbit/s, GSO packets
+    915-1004), so a fast path keeps them. A connection keeps the size it was given when it
+    connected: a kept network's re-shape reaches the next run's connections.
+    """
+    rates = [d.rate_bps for other in range(len(topo.nodes)) if other != rank for d in topo.path(rank, other)]
+    slowest = min(rates, default=topo.nodes[rank].hop.ab.rate_bps)
+    return max(1, min(GSO_MAX_SEGS, int(slowest / 8 * GSO_TIME_S // shaping.FRAME_BYTES)))
+
+
 @dataclass
 class Network:
     prefix: str
@@ -64,6 +86,7 @@ class Network:
     cables: list[cable.Cable] = field(default_factory=list)
     relay: subprocess.Popen | None = None
     allowed_on_host: bool = False          # this build added TCP_CONGESTION_CONTROL to the host's allowed list
+    gso_max_segs: dict[str, int] = field(default_factory=dict)   # node namespace -> its eth0's, as the kernel reads it
 
     def describe(self) -> dict:
         """The configuration the kernel reports on every shaped egress, with its counters."""
@@ -147,6 +170,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.link("set", index=index, state="up")
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         _tune_tcp(network, c.a_ns, tcp_buffer_bytes(topo, rank))
+        _limit_gso(network, c.a_ns, gso_segments(topo, rank))
         network.nodes.append(NodePort(rank, c.a_ns, address, c.b_ns, c.b_if))
     for c in network.cables[len(topo.nodes):]:
         _bridge(c.a_ns, prefix, c.a_if)
@@ -211,10 +235,8 @@ def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
     hops = _hops(topo)
     for i, (c, hop) in enumerate(zip(network.cables, hops)):
         c.hop = hop
-        for ns, ifname, d, host in ((c.a_ns, c.a_if, hop.ab, c.a_host), (c.b_ns, c.b_if, hop.ba, False)):
+        for ns, ifname, d in ((c.a_ns, c.a_if, hop.ab), (c.b_ns, c.b_if, hop.ba)):
             with namespaces.iproute(ns) as ipr:
-                if host:
-                    cable.limit_gso(ipr, ifname, d.rate_bps)
                 shaping.change(ipr, ifname, d, netem=network.impl == "netem" and (c.lossy or cable.impaired(d)))
         if network.relay:
             delayline.retune(network.relay, i, "ab", hop.ab)
@@ -223,6 +245,7 @@ def reshape(network: Network, topo: TopologySpec, seed: int) -> None:
         delayline.reseed(network.relay, seed)
     for port in network.nodes:
         _tune_tcp(network, port.netns, tcp_buffer_bytes(topo, port.rank))
+        _limit_gso(network, port.netns, gso_segments(topo, port.rank))
 
 
 def _tune_tcp(network: Network, ns: str, limit: int) -> None:
@@ -244,6 +267,15 @@ def _tune_tcp(network: Network, ns: str, limit: int) -> None:
                            "the host may not allow it (net.ipv4.tcp_allowed_congestion_control), or the kernel may "
                            "be older than 4.15, which sets it for every namespace at once.") from None
     network.tcp_buffers[ns] = limit
+
+
+def _limit_gso(network: Network, ns: str, segments: int) -> None:
+    """Give node ``ns``'s eth0 GSO packets of ``segments`` at most, and remember what the kernel
+    then reports, for the run's record."""
+    with namespaces.iproute(ns) as ipr:
+        index = ipr.link_lookup(ifname="eth0")[0]
+        ipr.link("set", index=index, gso_max_segs=segments)
+        network.gso_max_segs[ns] = ipr.get_links(index)[0].get_attr("IFLA_GSO_MAX_SEGS")
 
 
 ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
