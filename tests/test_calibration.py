@@ -55,7 +55,8 @@ def test_a_link_shaped_behind_our_back_is_refused(tmp_path, state_dir, accept):
     out, err = proc.communicate(timeout=120)
     s = show(tmp_path, run_id)
     by_path = {(c["src"], c["dst"]): c for c in s["calibration"]}
-    assert by_path[(0, 1)]["miss"] and abs(by_path[(0, 1)]["wire_bps"] - 50e6) / 50e6 < 0.10
+    # the halved link measured near its halved rate: 49.7-50.2 Mbit/s alone (4 runs), 44.4 once on a busy CI host
+    assert by_path[(0, 1)]["miss"] and abs(by_path[(0, 1)]["wire_bps"] - 50e6) / 50e6 < 0.15
     assert by_path[(1, 0)]["miss"] is None and abs(by_path[(1, 0)]["wire_bps"] - 100e6) / 100e6 < 0.10
     assert s["calibration_missed"] is True
     if accept:

@@ -207,6 +207,10 @@ def test_a_kept_cell_measures_the_same_whether_it_runs_first_or_third(tmp_path, 
     first, other, third = _cells(True, [x, y, x])
     [fresh] = _cells(False, [x])
     kept = [r["environment"]["shaping"]["kept_network"] for r in (first, other, third)]
+    # each cell's nodes' GSO packets, as the kernel read them back: 1 ms of 200 Mbit/s is 25,000 bytes, 16 full
+    # frames of 1514; of 1 Gbit/s, 82 (topology.gso_segments)
+    assert [sorted(set(r["environment"]["shaping"]["gso_max_segs"].values())) for r in (first, other, third, fresh)] \
+        == [[16], [82], [16], [16]]
     assert len({k["ledger"] for k in kept}) == 1 and [k["cell"] for k in kept] == [1, 2, 3]   # re-shaped, not rebuilt
     # the record at the start: the same settings and counts (none yet), not the cells before it
     start = [r["environment"]["shaping"]["qdiscs"] for r in (first, third, fresh)]

@@ -34,8 +34,8 @@ class Shaped:
         faults.apply(self.network, rank, kind, active, pct)
 
     def describe(self, qdiscs: dict | None = None) -> dict:
-        """How delay is made, the TCP buffers, the nodes' GSO packets, and the qdiscs as the kernel reports them now (or
-        ``qdiscs``, read already by the caller)."""
+        """How delay is made, the TCP buffers, the nodes' GSO packets, and the qdiscs as the kernel
+        reports them now (or ``qdiscs``, read already by the caller)."""
         if self.network is None:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,

@@ -47,4 +47,3 @@ def shape(c: Cable, impl: str, record: Callable[..., None]) -> None:
         with namespaces.iproute(ns) as ipr:
             record("qdisc", dev=ifname, netns=ns)
             shaping.apply(ipr, ifname, direction, netem=impl == "netem", always_netem=c.lossy, host=host)
-

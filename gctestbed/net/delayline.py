@@ -1,19 +1,19 @@
 """The userspace delay line: latency, jitter and loss on kernels without netem.
 
-One compiled relay (native/net/delayline.cpp) serves every cable of a network: it owns each
-cable's two TAP devices, one in each namespace the cable joins, and moves frames between them
-through a timestamped FIFO per direction. Packets stay in the kernel's TCP at both ends, so
-senders see the real round trip (a proxy would hide it). The kernel's htb on each TAP still
-does the rate; the relay only delays and drops. A cable with loss has offloads off so that loss
-hits MTU-sized packets, not 64 KB GSO frames (this costs throughput: a lossy cable is meant for
-modest rates); without loss, a node's own TCP sends GSO packets of at most 1 ms of its slowest
-path (topology.gso_segments), single frames on a slow one. A cable a loss fault may strike later has offloads off from the start, and the
-relay takes commands on its stdin: a direction's loss mid-run (a fault), its delay between the
-cells of a sweep that keeps its network, a new seed for every direction's generator (each cell of
-such a sweep draws the delays a network of its own would, whatever the cells before it drew), and
-the counters so far. Each direction's counters carry the first delays it drew since it was last
-seeded (``first_delays_us``: before the line's no-reordering clamp, -1 for a frame lost), so two
-runs can be shown to have drawn the same sequence.
+One compiled relay (native/net/delayline.cpp) serves every cable of a network: it owns each cable's
+two TAP devices, one in each namespace the cable joins, and moves frames between them through a
+timestamped FIFO per direction. Packets stay in the kernel's TCP at both ends, so senders see the
+real round trip (a proxy would hide it). The kernel's htb on each TAP still does the rate; the relay
+only delays and drops. A cable with loss has offloads off so that loss hits MTU-sized packets, not
+64 KB GSO frames (this costs throughput: a lossy cable is meant for modest rates); without loss, a
+node's own TCP sends GSO packets of at most 1 ms of its slowest path (topology.gso_segments), single
+frames on a slow one. A cable a loss fault may strike later has offloads off from the start, and the
+relay takes commands on its stdin: a direction's loss mid-run (a fault), its delay between the cells
+of a sweep that keeps its network, a new seed for every direction's generator (each cell of such a
+sweep draws the delays a network of its own would, whatever the cells before it drew), and the
+counters so far. Each direction's counters carry the first delays it drew since it was last seeded
+(``first_delays_us``: before the line's no-reordering clamp, -1 for a frame lost), so two runs can
+be shown to have drawn the same sequence.
 """
 
 from __future__ import annotations

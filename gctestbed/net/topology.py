@@ -66,10 +66,12 @@ def gso_segments(topo: TopologySpec, rank: int) -> int:
     with one segment a packet; docs/replay.md, "One frame at a time"). A real switch's port takes a
     host's frames one at a time and interleaves other hosts' with them. Linux gives a flow whose
     minimum RTT is under about 0.5 ms (no delay on the links) 64 KB packets at any rate
-    (tcp_tso_autosize's RTT term), and about 1 ms of its pacing rate otherwise. Fewer segments cost
-    the host CPU (one a packet at 1gbit with 5 ms of delay line read 771-905 Mbit/s, GSO packets
-    915-1004), so a fast path keeps them. A connection keeps the size it was given when it
-    connected: a kept network's re-shape reaches the next run's connections.
+    (tcp_tso_autosize's RTT term, 64 KB >> (min RTT / 512 us), beside about 1 ms of its pacing
+    rate). Fewer segments cost the host CPU (one a packet at 1gbit with 5 ms of delay line read
+    771-905 Mbit/s, GSO packets 915-1004), so a node whose paths are all fast keeps them; the limit
+    is the interface's, so one slow path sets it for all of the node's traffic. A connection keeps
+    the size it was given when it connected: a kept network's re-shape reaches the next run's
+    connections.
     """
     rates = [d.rate_bps for other in range(len(topo.nodes)) if other != rank for d in topo.path(rank, other)]
     slowest = min(rates, default=topo.nodes[rank].hop.ab.rate_bps)
