@@ -197,8 +197,9 @@ def test_a_small_write_does_not_overtake_its_own_connections_data(ledger):
     """Only pure ACKs go first: a small data segment sent ahead of its own connection's queued data
     would arrive out of order, which fq_codel, one queue a flow, never does. A sender writes 100 kB,
     then 40 bytes 5 ms later, then waits 0.1 s, for 5 s through a 10 Mbit/s link; the kernel's
-    counters of reordering and retransmission on its side stay at zero (planted, packets under 128 bytes matched by size
-    alone, as a first version did: 47 reorderings and 45 retransmitted segments)."""
+    counters of reordering on its side stay at zero and of retransmission at two at most
+    (planted, packets under 128 bytes matched by size alone, as a first version did: 47
+    reorderings and 45 retransmitted segments)."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
     a, b = net.nodes
     sink = measure.Sink(b.netns, b.address, 0, 5302)
@@ -214,7 +215,10 @@ def test_a_small_write_does_not_overtake_its_own_connections_data(ledger):
     after = _tcp_counters(a.netns)
     moved = {k: after[k] - before[k] for k in ("TCPSACKReorder", "TCPTSReorder", "TCPRenoReorder", "RetransSegs",
                                                "TCPDSACKRecv") if k in after}
-    assert moved and not any(moved.values()), moved
+    # no reordering at all; a retransmission or two allowed: CI once saw one, with one DSACK, TCP's own tail-loss
+    # probe sent early and found a duplicate (a version that reordered: 47 reorderings, 45 retransmitted segments)
+    reorder = {k: v for k, v in moved.items() if "Reorder" in k}
+    assert reorder and not any(reorder.values()) and moved["RetransSegs"] <= 2, moved
 
 
 def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
