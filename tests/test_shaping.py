@@ -68,7 +68,7 @@ def test_a_nodes_gso_packets_are_a_millisecond_of_its_link_at_most(ledger):
     and re-shaped in place. By hand, full frames of 1514 bytes: 10 Mbit/s carry 1,250 bytes in 1
     ms, less than a frame: 1; 100 Mbit/s 12,500 bytes: 8; 1 Gbit/s 125,000 bytes: 82."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000)))
-    assert [_gso_max_segs(n.netns) for n in net.nodes] == [1, 1]
+    assert [_gso_max_segs(n.netns) for n in net.nodes] == [1, 1] and net.gso_max_segs == {n.netns: 1 for n in net.nodes}
     for rate, segs in ((100_000_000, 8), (1_000_000_000, 82)):
         topology.reshape(net, TopologySpec.star(2, LinkSpec(bw_bps=rate)), 0)
         assert [_gso_max_segs(n.netns) for n in net.nodes] == [segs, segs]
