@@ -34,12 +34,14 @@ class Shaped:
         faults.apply(self.network, rank, kind, active, pct)
 
     def describe(self, qdiscs: dict | None = None) -> dict:
-        """How delay is made, the TCP buffers, the nodes' GSO packets, and the qdiscs as the kernel
+        """How delay is made, the TCP buffers, the nodes' GSO packets, each namespace's receive
+        steering (topology.keep_flows_in_order), and the qdiscs as the kernel
         reports them now (or ``qdiscs``, read already by the caller)."""
         if self.network is None:
             return {}
         return {"latency_impl": self.network.impl, "tcp_buffer_max_bytes": self.network.tcp_buffers,
                 "gso_max_segs": self.network.gso_max_segs,
+                "rps_default_mask": self.network.rps_default_mask,
                 "tcp_congestion_control": topology.TCP_CONGESTION_CONTROL,
                 # a host change the run made: the kernel lets a namespace take only an allowed one
                 "tcp_congestion_control_allowed_on_host": self.network.allowed_on_host,

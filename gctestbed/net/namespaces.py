@@ -88,9 +88,21 @@ def write_sysctl(name: str, key: str, value: str) -> None:
     net sysctls belong to the namespace of the thread that opens them, so a short-lived thread
     enters the namespace, writes, and ends; the rest of the process stays where it was.
     """
+    _in_namespace(name, key, "w", value)
+
+
+def read_sysctl(name: str, key: str) -> str:
+    """``net.*`` sysctl ``key`` as namespace ``name`` reads it (``write_sysctl``'s other half)."""
+    return _in_namespace(name, key, "r").strip()
+
+
+def _in_namespace(name: str, key: str, mode: str, value: str = "") -> str:
+    """Open /proc/sys/``key`` in namespace ``name`` from a thread of its own, then write ``value``
+    (mode "w") or read it (mode "r")."""
+    out: list[str] = []
     errors: list[BaseException] = []
 
-    def write() -> None:
+    def run() -> None:
         try:
             fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY)
             try:
@@ -98,16 +110,19 @@ def write_sysctl(name: str, key: str, value: str) -> None:
                     raise OSError(ctypes.get_errno(), f"setns {name}")
             finally:
                 os.close(fd)
-            with open(f"/proc/sys/{key}", "w") as f:
-                f.write(value)
+            with open(f"/proc/sys/{key}", mode) as f:
+                if mode == "w":
+                    f.write(value)
+                out.append("" if mode == "w" else f.read())
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             errors.append(e)
 
-    t = threading.Thread(target=write)
+    t = threading.Thread(target=run)
     t.start()
     t.join()
     if errors:
         raise errors[0]
+    return out[0]
 
 
 def _inode(path: str) -> tuple[int, int] | None:

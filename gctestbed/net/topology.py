@@ -10,6 +10,7 @@ egress it leaves by.
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
@@ -89,6 +90,7 @@ class Network:
     relay: subprocess.Popen | None = None
     allowed_on_host: bool = False          # this build added TCP_CONGESTION_CONTROL to the host's allowed list
     gso_max_segs: dict[str, int] = field(default_factory=dict)   # node namespace -> its eth0's, as the kernel reads it
+    rps_default_mask: dict[str, str | None] = field(default_factory=dict)   # namespace -> as read back (keep_flows_in_order)
 
     def describe(self) -> dict:
         """The configuration the kernel reports on every shaped egress, with its counters."""
@@ -129,11 +131,13 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
     instead of a new one; ``lossy`` are the ranks whose cable a loss fault may strike."""
     net = ipaddress.ip_network(subnet)
     switches = {}
+    network_order: dict[str, str | None] = {}
     for i, name in enumerate(topo.switches):
         ns = f"{prefix}-sw{i}"
         record("netns", name=ns, switch=name)
         namespaces.create(ns)
         _quiet_ipv6(ns)
+        keep_flows_in_order(network_order, ns)
         with namespaces.iproute(ns) as ipr:
             record("link", name=f"{prefix}-br", netns=ns)
             ipr.link("add", ifname=f"{prefix}-br", kind="bridge")
@@ -141,7 +145,8 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         switches[name] = ns
     impl = choose_impl(latency_impl, topo, next(iter(switches.values())), record, loss_later=bool(lossy))
-    network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[])
+    network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[],
+                      rps_default_mask=network_order)
     for rank, attach in enumerate(topo.nodes):
         node_ns = f"{prefix}-n{rank}"
         record("netns", name=node_ns)
@@ -150,6 +155,7 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
         else:
             namespaces.create(node_ns)
         _quiet_ipv6(node_ns)
+        keep_flows_in_order(network_order, node_ns)
         network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop,
                                           lossy=rank in lossy, a_host=True))
     for j, trunk in enumerate(topo.trunks):
@@ -310,6 +316,36 @@ def _unsegmented(hop) -> bool:
 def _leaves(hop) -> tuple[bool, bool]:
     """Which directions have a netem leaf (``apply`` adds one only where there is something to do)."""
     return cable.impaired(hop.ab), cable.impaired(hop.ba)
+
+
+def cpu_mask(cpus: int) -> str:
+    """A mask of the first ``cpus`` cores as the kernel's bitmaps are written: hex in groups of 32
+    bits joined by commas, the highest first."""
+    bits = (1 << cpus) - 1
+    groups = []
+    while True:
+        groups.append(f"{bits & 0xFFFFFFFF:x}" if bits >> 32 == 0 else f"{bits & 0xFFFFFFFF:08x}")
+        bits >>= 32
+        if not bits:
+            return ",".join(reversed(groups))
+
+
+def keep_flows_in_order(order: dict[str, str | None], ns: str) -> None:
+    """Have the devices made later in namespace ``ns`` hand what they receive to a core chosen by
+    the packet's flow (receive packet steering over every core), and note the mask the kernel reads
+    back in ``order`` (None where the kernel has no such setting per namespace; it came in Linux
+    6.5). Without it a veth (or a TAP) queues each packet on the backlog of the core that sent it,
+    and with a qdisc that either core may run, one flow's packets land on both cores' backlogs,
+    which drain in either order: a flow arrived reordered, as no switch reorders one, and TCP
+    retransmitted what it took for lost (Gloo's ring at 8 nodes: 3-12 of 16 calls, up to 55
+    spurious retransmissions a call and 23 % of the link lost; docs/replay.md, "One flow in order")."""
+    key = "net/core/rps_default_mask"
+    try:
+        namespaces.write_sysctl(ns, key, cpu_mask(os.cpu_count() or 1))
+    except FileNotFoundError:
+        order[ns] = None
+        return
+    order[ns] = namespaces.read_sysctl(ns, key)
 
 
 def _quiet_ipv6(ns: str) -> None:
