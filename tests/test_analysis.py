@@ -192,17 +192,47 @@ def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_w
                            + clean[:1], str(tmp_path / "cells.csv"))
     with open(tmp_path / "cells.csv") as f:
         assert [c["host_bound"] for c in csv.DictReader(f)] == ["1", "0", ""]
-    again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False) for r in rows]
-    assert sum(bool(r.paced) for r in model.per_cell(again + rows)) == len(paced)
-    # the marks of a later repeat count too, whichever test made them (planted: dilation_paced taken
-    # from the first repeat alone -> the cells marked by the dilation test go unmarked)
-    first = [dataclasses.replace(r, host_bound=False, dilation_paced=None) for r in rows]
+    # a cell's figure comes from the repeats the host did not pace, where it has any: a clean repeat of
+    # each paced cell leaves no cell marked and every step the clean one (planted: the median of both)
+    again = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-again", host_bound=False, dilation_paced=None)
+             for r in clean]
+    merged = model.per_cell(rows + again)
+    assert not any(r.paced for r in merged)
+    assert sorted(r.step_s for r in merged) == pytest.approx(sorted(r.step_s for r in clean))
+    # a cell all of whose repeats the host paced is marked, whichever test marked each (planted:
+    # dilation_paced taken from the first repeat alone -> the cells marked by the dilation test go unmarked)
+    first = [dataclasses.replace(r, host_bound=r.run_id in paced, dilation_paced=None) for r in rows]
     later = [dataclasses.replace(r, repeat=1, run_id=r.run_id + "-later") for r in rows]
-    assert sum(bool(r.paced) for r in model.per_cell(first + later)) == len(paced)
+    merged = model.per_cell(first + later)
+    assert sum(bool(r.paced) for r in merged) == len(paced)
+    assert [bool(r.dilation_paced) for r in merged if r.run_id in by_dilation] == [True] * len(by_dilation)
     out = report.analyse(rows, fit_nodes={2, 4})
     assert out["host_bound"] == sorted(paced)
     assert "HOST-BOUND runs: %d" % len(paced) in report.render_html({**out, "results_dir": str(tmp_path), "sweep": None,
                                                                       "pictures": []})
+
+
+def test_the_held_out_model_predicts_a_replay_dilated_by_another_k(tmp_path):
+    """Replayed cells at 2-8 nodes dilated x128 and 16-node ones x256, as scripts/replay-scale
+    runs 64 nodes (docs/replay.md): a replay's label carries its scale (K), so the 16-node cells
+    are the same workload in emulated time and are predicted from their x128 twins (planted: twins
+    matched by the label -> no 16-node figure, which the thirteenth measurement met)."""
+    import dataclasses
+    synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
+
+    def replay(r, k, by_label):
+        return dataclasses.replace(r, workload=f"replay of t.trace.json.gz (compute=sleep, codec=recorded, scale={k})",
+                                   dilate=float(k), replayed_as=None if by_label else '{"trace": "/t.trace.json.gz"}')
+    for by_label in (True, False):
+        rows = [replay(r, 256 if r.nodes == 16 else 128, by_label) for r in cells.load(str(tmp_path))]
+        held = model.held_out(rows, {2, 4, 8})
+        assert set(held["by_nodes"]) == {16}, held["by_nodes"]
+        assert held["by_nodes"][16]["cells"] == sum(r.nodes == 16 and r.comm == "allreduce" for r in rows) > 0
+        assert held["by_nodes"][16]["median_abs_error"] < 0.01
+    # two traces are two workloads, dilated or not
+    other = [dataclasses.replace(r, workload=r.workload.replace("t.trace", "u.trace")) if r.nodes == 16 else r
+             for r in (replay(r, 256 if r.nodes == 16 else 128, True) for r in cells.load(str(tmp_path)))]
+    assert model.held_out(other, {2, 4, 8})["by_nodes"] == {}
 
 
 def test_the_held_out_model_takes_its_network_from_every_methods_cells(tmp_path):

@@ -187,13 +187,19 @@ def dilation_test(rows: list[Row]) -> list[Row]:
     return out
 
 
+def undilated_workload(r: Row) -> str:
+    """What a cell ran whatever its dilation: a replay's trace file and options but the scale, which
+    --dilate sets to K (a row made without ``replayed_as`` by its label, the scale taken out); any
+    other workload as it is. Cells dilated by different K are one workload in emulated time."""
+    if not r.workload.startswith("replay of "):
+        return r.workload
+    return r.replayed_as or r.workload.replace(f", scale={r.dilate:g}", "")
+
+
 def _undilated(r: Row) -> tuple:
-    """The cell a run belongs to whatever its dilation: the same trace file replayed the same way
-    (its path and options but the scale, which --dilate sets to K), the same cell otherwise, on the
-    same device and CPU cap. A row made without ``replayed_as`` is matched by its label, the
-    scale taken out."""
-    replay = r.replayed_as or r.workload.replace(f", scale={r.dilate:g}", "")
-    return (replay, *(getattr(r, k) for k in SAME_CELL[1:]), r.device, r.cpus_per_node)
+    """The cell a run belongs to whatever its dilation (``undilated_workload``), the same cell
+    otherwise, on the same device and CPU cap."""
+    return (undilated_workload(r), *(getattr(r, k) for k in SAME_CELL[1:]), r.device, r.cpus_per_node)
 
 
 def _replayed_as(spec: RunSpec) -> str | None:

@@ -54,7 +54,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..spec import LOCAL_COMMS
-from .cells import SAME_CELL, Row
+from .cells import SAME_CELL, Row, undilated_workload
 
 TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
@@ -401,14 +401,18 @@ CELL = (*SAME_CELL, "dilate")
 
 def per_cell(rows: list[Row]) -> list[Row]:
     """One row per cell: a cell's repeats merged into the median of each measured figure (a figure
-    that some repeat lacks is the median of those that have it); host-bound by either test when any
-    repeat was."""
+    that some repeat lacks is the median of those that have it), over the repeats the host did not
+    pace (``Row.paced``) where it has any: a run the host paced (its cores saturated, a hypervisor's
+    steal, the dilation test) measured the host, and its twin measured the cell. A cell every repeat
+    of which the host paced is the median of them all, host-bound by either test when any repeat
+    was."""
     cells: dict[tuple, list[Row]] = {}
     for r in rows:
         cells.setdefault(tuple(getattr(r, k) for k in CELL), []).append(r)
     measured = [f.name for f in dataclasses.fields(Row) if f.name not in CELL and f.type in ("float", "float | None")]
     out = []
     for runs in cells.values():
+        runs = [r for r in runs if not r.paced] or runs
         merged = {k: statistics.median(v) for k in measured
                   if (v := [getattr(r, k) for r in runs if getattr(r, k) is not None])}
         flags = {k: [f for r in runs if (f := getattr(r, k)) is not None] for k in ("host_bound", "dilation_paced")}
@@ -419,7 +423,7 @@ def per_cell(rows: list[Row]) -> list[Row]:
 def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dict | None:
     """The model where it was not fitted: λ, α, η and every phase fitted on the cells of
     ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
-    them (same workload, batch, latency, method and mode; the same bandwidth where there is one,
+    them (same workload, a replay's at any dilation, batch, latency, method and mode; the same bandwidth where there is one,
     the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
     a gathering method's decode by its slope over the fitted node counts. α and η come from every method's serial
     cells there, not none's alone: none's step has two large all-reduces whose messages and bytes
@@ -429,8 +433,8 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     The question here is the node count, not the method. Per node count: the median absolute error
     and each cell's. Also the measured speedup over none by node count, so whether a method's
     advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
-    (``sweep --repeat``) counts once, as its median (``per_cell``), so one slow run of a node
-    count cannot set α on its own. A cell the host may have paced (``Row.paced``: by its counters or
+    (``sweep --repeat``) counts once, as its median (``per_cell``, over the repeats the host did not
+    pace), so one slow run of a node count cannot set α on its own. A cell the host may have paced (``Row.paced``: by its counters or
     by the dilation test) is predicted and
     counted like the others, and marked; per node count, the error without those cells too
     (``median_abs_error_host_free``, None when every cell there was host-bound). Such cells among
@@ -447,8 +451,8 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     for r in rows:
         if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s:
             continue
-        twins = [t for t in train if (t.workload, t.batch_size, t.latency_s, t.compressor, t.mode, t.comm) ==
-                 (r.workload, r.batch_size, r.latency_s, r.compressor, r.mode, "allreduce")
+        twins = [t for t in train if (undilated_workload(t), t.batch_size, t.latency_s, t.compressor, t.mode, t.comm) ==
+                 (undilated_workload(r), r.batch_size, r.latency_s, r.compressor, r.mode, "allreduce")
                  and t.nodes > 1 and t.expected_tx_bytes and (*_setting(t), t.compressor) in ph]
         if not twins:
             continue
