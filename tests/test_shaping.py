@@ -268,6 +268,15 @@ def test_a_flow_arrives_in_order_however_the_host_cores_share_the_nodes(ledger):
     assert moved["TCPOFOQueue"] == 0 and not any(v for k, v in moved.items() if "Reorder" in k), moved
 
 
+def test_a_delay_lines_taps_steer_by_flow_too(ledger):
+    """The delay line's TAP devices, which its relay makes inside each namespace, take the
+    namespace's steering as a veth does (planted: the steering left out -> 0 on every TAP)."""
+    net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000, latency_s=0.001)), impl="delayline")
+    every = (1 << (os.cpu_count() or 1)) - 1
+    masks = {ns: _rps_cpus(ns) for ns in [n.netns for n in net.nodes] + list(net.switches.values())}
+    assert all(m and set(m.values()) == {every} for m in masks.values()), masks
+
+
 def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):
     """A namespace inherits the host's congestion control; a host set to BBR (these VMs are) gave the
     nodes BBR, which paces by its own clock and left dilated replays 12-16 % slow (docs/replay.md).
