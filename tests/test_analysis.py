@@ -163,9 +163,9 @@ def test_the_held_out_model_takes_a_cells_median_over_its_repeats(tmp_path):
 def test_the_held_out_model_marks_the_cells_the_host_paced_and_gives_the_error_without_them(tmp_path):
     """Half the 16-node cells slowed (+50 %) and marked HOST-BOUND, as a replay the host set: every
     16-node cell still counts in the median |error|, and the error without the marked ones is the
-    clean cells' alone. A cell is host-bound when any of its repeats was, by the host's counters or
-    by the dilation test (planted: held_out reading the counters' mark alone -> the first count
-    falls short)."""
+    clean cells' alone. A cell repeated takes the repeats the host did not pace where it has any,
+    and is host-bound when every repeat was, by the host's counters or by the dilation test
+    (planted: held_out reading the counters' mark alone -> the first count falls short)."""
     import dataclasses
     synthetic.fill(str(tmp_path), nodes=(2, 4, 8, 16), bws=(30e6, 1e9))
     clean = cells.load(str(tmp_path))
@@ -229,6 +229,13 @@ def test_the_held_out_model_predicts_a_replay_dilated_by_another_k(tmp_path):
         assert set(held["by_nodes"]) == {16}, held["by_nodes"]
         assert held["by_nodes"][16]["cells"] == sum(r.nodes == 16 and r.comm == "allreduce" for r in rows) > 0
         assert held["by_nodes"][16]["median_abs_error"] < 0.01
+    # a node count swept at two Ks is predicted at its highest only, the dilation test's reference (planted:
+    # both -> twice the cells, the x128 ones paced 50 % slow)
+    rows = [replay(r, 256 if r.nodes == 16 else 128, True) for r in cells.load(str(tmp_path))]
+    slow = [dataclasses.replace(replay(r, 128, True), run_id=r.run_id + "-128", step_s=1.5 * r.step_s)
+            for r in cells.load(str(tmp_path)) if r.nodes == 16]
+    held = model.held_out(rows + slow, {2, 4, 8})
+    assert held["by_nodes"][16]["cells"] == len(slow) and held["by_nodes"][16]["median_abs_error"] < 0.01, held["by_nodes"]
     # two traces are two workloads, dilated or not
     other = [dataclasses.replace(r, workload=r.workload.replace("t.trace", "u.trace")) if r.nodes == 16 else r
              for r in (replay(r, 256 if r.nodes == 16 else 128, True) for r in cells.load(str(tmp_path)))]

@@ -223,36 +223,40 @@ def test_a_small_write_does_not_overtake_its_own_connections_data(ledger):
 
 
 def _rps_cpus(ns: str) -> dict[str, int]:
-    """Every device's receive steering mask in namespace ``ns`` (rx-0's rps_cpus), as sysfs mounted
-    there reads it; loopback aside."""
+    """Every cable end's receive steering mask in namespace ``ns`` (rx-0's rps_cpus), as sysfs
+    mounted there reads it: loopback and the switch's bridge (made before the mask; it forwards
+    without a backlog of its own) aside."""
     out = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c",
                           "for f in /sys/class/net/*/queues/rx-0/rps_cpus; do echo $f $(cat $f); done"],
                          capture_output=True, text=True, check=True).stdout.split("\n")
     return {line.split("/")[4]: int(line.split()[1].replace(",", ""), 16) for line in out
-            if line and line.split("/")[4] != "lo"}
+            if line and line.split("/")[4] != "lo" and not line.split("/")[4].endswith("-br")}
 
 
 def test_a_flow_arrives_in_order_however_the_host_cores_share_the_nodes(ledger):
     """A switch never reorders a flow; two cores handing veth packets to their own backlogs did
     (topology.keep_flows_in_order). Every device of the nodes and the switch steers what it
     receives by flow over every core (its rps_cpus, read from sysfs in its namespace, and the
-    run's record), and a ring of 8 flows through 10 Mbit/s links, each a ring step's 130 kB every
-    50 ms for 8 s (a burst from slow start, as Gloo's ring sends), arrives with no segment out of
+    run's record), and a ring of 8 flows through 10 Mbit/s links, each written 130 kB every 50 ms
+    for 8 s (20.8 Mbit/s offered: the flow stays backlogged), arrives with no segment out of
     order, by the kernel's counters on both ends (receivers' out-of-order queue, senders'
     reordering counts). Planted, the steering left out (and its masks unchecked): 1, 3 and 108
-    segments out of order in 3 runs of 4 (continuous flows instead of bursts: 1 run in 3)."""
+    segments out of order in 3 runs of 4 (measure.throughput_bps's flows instead: 1 run of 3,
+    why they differ not worked out)."""
     net = build(ledger, TopologySpec.star(8, LinkSpec(bw_bps=10_000_000)))
-    every = (1 << (os.cpu_count() or 1)) - 1
     spaces = [n.netns for n in net.nodes] + list(net.switches.values())
+    if None in net.rps_default_mask.values():
+        pytest.skip(f"this kernel ({os.uname().release}) has no receive steering mask per namespace (Linux 6.3)")
+    every = (1 << (os.cpu_count() or 1)) - 1
     masks = {ns: _rps_cpus(ns) for ns in spaces}
     assert all(m and set(m.values()) == {every} for m in masks.values()), masks
-    assert net.rps_default_mask == {ns: topology.cpu_mask(os.cpu_count() or 1) for ns in spaces}
+    assert {ns: int(v.replace(",", ""), 16) for ns, v in net.rps_default_mask.items()} == dict.fromkeys(spaces, every)
     keys = ("TCPOFOQueue", "TCPSACKReorder", "TCPTSReorder", "TCPRenoReorder", "TCPDSACKRecv")
     before = {n.netns: _tcp_counters(n.netns) for n in net.nodes}
     nodes = net.nodes
 
     def bursts(i: int) -> float:
-        """Node i sends node i+1 a ring step's 130 kB, waits 50 ms, again, for 8 s: the goodput."""
+        """Node i writes node i+1 130 kB, waits 50 ms, again, for 8 s: the goodput."""
         peer = nodes[(i + 1) % len(nodes)]
         sink = measure.Sink(peer.netns, peer.address, 0, 5310)
         with _sender(nodes[i].netns, peer.address, 5310) as s:
@@ -268,13 +272,15 @@ def test_a_flow_arrives_in_order_however_the_host_cores_share_the_nodes(ledger):
     assert moved["TCPOFOQueue"] == 0 and not any(v for k, v in moved.items() if "Reorder" in k), moved
 
 
-def test_a_delay_lines_taps_steer_by_flow_too(ledger):
-    """The delay line's TAP devices, which its relay makes inside each namespace, take the
-    namespace's steering as a veth does (planted: the steering left out -> 0 on every TAP)."""
+def test_a_delay_lines_taps_are_left_unsteered(ledger):
+    """The delay line's relay hands its TAP devices every frame from one thread, in order, and a
+    TAP passes it to the stack in that thread: nothing to reorder, and steering would only add a
+    hop to another core per frame. So its namespaces are not steered, nor recorded as steered
+    (planted: steered like veths -> every mask 3 on this 2-core host)."""
     net = build(ledger, TopologySpec.star(2, LinkSpec(bw_bps=10_000_000, latency_s=0.001)), impl="delayline")
-    every = (1 << (os.cpu_count() or 1)) - 1
     masks = {ns: _rps_cpus(ns) for ns in [n.netns for n in net.nodes] + list(net.switches.values())}
-    assert all(m and set(m.values()) == {every} for m in masks.values()), masks
+    assert all(m and set(m.values()) == {0} for m in masks.values()), masks
+    assert net.rps_default_mask == {}
 
 
 def test_nodes_run_linux_default_congestion_control_whatever_the_hosts(ledger):

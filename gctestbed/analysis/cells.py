@@ -173,10 +173,10 @@ def dilation_test(rows: list[Row]) -> list[Row]:
     cells: dict[tuple, list[Row]] = {}
     for r in rows:
         if r.workload.startswith("replay of "):
-            cells.setdefault(_undilated(r), []).append(r)
+            cells.setdefault(undilated_cell(r), []).append(r)
     out = []
     for r in rows:
-        twins = cells.get(_undilated(r), []) if r.workload.startswith("replay of ") else []
+        twins = cells.get(undilated_cell(r), []) if r.workload.startswith("replay of ") else []
         top = max((t.dilate for t in twins), default=r.dilate)
         if top == r.dilate:
             out.append(r)
@@ -196,7 +196,7 @@ def undilated_workload(r: Row) -> str:
     return r.replayed_as or r.workload.replace(f", scale={r.dilate:g}", "")
 
 
-def _undilated(r: Row) -> tuple:
+def undilated_cell(r: Row) -> tuple:
     """The cell a run belongs to whatever its dilation (``undilated_workload``), the same cell
     otherwise, on the same device and CPU cap."""
     return (undilated_workload(r), *(getattr(r, k) for k in SAME_CELL[1:]), r.device, r.cpus_per_node)

@@ -54,7 +54,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..spec import LOCAL_COMMS
-from .cells import SAME_CELL, Row, undilated_workload
+from .cells import SAME_CELL, Row, undilated_cell, undilated_workload
 
 TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
@@ -402,10 +402,10 @@ CELL = (*SAME_CELL, "dilate")
 def per_cell(rows: list[Row]) -> list[Row]:
     """One row per cell: a cell's repeats merged into the median of each measured figure (a figure
     that some repeat lacks is the median of those that have it), over the repeats the host did not
-    pace (``Row.paced``) where it has any: a run the host paced (its cores saturated, a hypervisor's
-    steal, the dilation test) measured the host, and its twin measured the cell. A cell every repeat
-    of which the host paced is the median of them all, host-bound by either test when any repeat
-    was."""
+    pace (``Row.paced``: False, or None where no test judged it, which counts as not paced) where it
+    has any: a run the host paced (its cores saturated, a hypervisor's steal, the dilation test)
+    measured the host, and its twin measured the cell. A cell every repeat of which the host paced
+    is the median of them all, host-bound by either test when any repeat was."""
     cells: dict[tuple, list[Row]] = {}
     for r in rows:
         cells.setdefault(tuple(getattr(r, k) for k in CELL), []).append(r)
@@ -423,9 +423,12 @@ def per_cell(rows: list[Row]) -> list[Row]:
 def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dict | None:
     """The model where it was not fitted: λ, α, η and every phase fitted on the cells of
     ``fit_nodes`` only, then each ring cell of another node count predicted from its twin among
-    them (same workload, a replay's at any dilation, batch, latency, method and mode; the same bandwidth where there is one,
-    the most nodes) the way ``project`` extrapolates: bytes and messages by the ring formulas,
-    a gathering method's decode by its slope over the fitted node counts. α and η come from every method's serial
+    them (same workload, a replay's at any dilation, batch, latency, method and mode; the same
+    bandwidth where there is one, the most nodes, the highest dilation) the way ``project``
+    extrapolates: bytes and messages by the ring formulas, a gathering method's decode by its slope
+    over the fitted node counts. A replayed cell swept at several dilations is predicted at its
+    highest only, the dilation test's reference, so one node count's error is not a mix of Ks.
+    α and η come from every method's serial
     cells there, not none's alone: none's step has two large all-reduces whose messages and bytes
     both grow with the nodes, so on its own it cannot tell a cost per message from a lower rate,
     and one slow node count among three turns into a steep α (measured: 0.26 ms on 2-8 replayed
@@ -434,9 +437,9 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     and each cell's. Also the measured speedup over none by node count, so whether a method's
     advantage shrinks as nodes grow is seen measured, not only projected. A cell repeated
     (``sweep --repeat``) counts once, as its median (``per_cell``, over the repeats the host did not
-    pace), so one slow run of a node count cannot set α on its own. A cell the host may have paced (``Row.paced``: by its counters or
-    by the dilation test) is predicted and
-    counted like the others, and marked; per node count, the error without those cells too
+    pace), so one slow run of a node count cannot set α on its own. A cell the host may have paced
+    (``Row.paced``: by its counters or by the dilation test) is predicted and counted like the
+    others, and marked; per node count, the error without those cells too
     (``median_abs_error_host_free``, None when every cell there was host-bound). Such cells among
     the fitted node counts are fitted like the others and counted (``host_bound_fit_cells``): λ, α
     and η then carry some of the host's pace, which the report says. None when the
@@ -447,16 +450,20 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     if f is None:
         return None
     ph, slopes = phases(train), decode_slopes(train)
+    top: dict[tuple, float] = {}
+    for r in rows:
+        top[undilated_cell(r)] = max(top.get(undilated_cell(r), r.dilate), r.dilate)
     cells_out, by_nodes = [], {}
     for r in rows:
-        if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s:
+        if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s \
+                or r.dilate < top[undilated_cell(r)]:
             continue
         twins = [t for t in train if (undilated_workload(t), t.batch_size, t.latency_s, t.compressor, t.mode, t.comm) ==
                  (undilated_workload(r), r.batch_size, r.latency_s, r.compressor, r.mode, "allreduce")
                  and t.nodes > 1 and t.expected_tx_bytes and (*_setting(t), t.compressor) in ph]
         if not twins:
             continue
-        twin = max(twins, key=lambda t: (t.bw_bps == r.bw_bps, t.nodes, -abs(math.log(t.bw_bps / r.bw_bps))))
+        twin = max(twins, key=lambda t: (t.bw_bps == r.bw_bps, t.nodes, -abs(math.log(t.bw_bps / r.bw_bps)), t.dilate))
         predicted = _scaled(twin, ph[(*_setting(twin), twin.compressor)], r.nodes, r.bw_bps, r.latency_s, f, r.mode,
                             slopes.get((twin.workload, twin.batch_size, twin.compressor)))
         cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,

@@ -90,7 +90,9 @@ class Network:
     relay: subprocess.Popen | None = None
     allowed_on_host: bool = False          # this build added TCP_CONGESTION_CONTROL to the host's allowed list
     gso_max_segs: dict[str, int] = field(default_factory=dict)   # node namespace -> its eth0's, as the kernel reads it
-    rps_default_mask: dict[str, str | None] = field(default_factory=dict)   # namespace -> as read back (keep_flows_in_order)
+    # namespace -> its receive steering mask as read back, None where the kernel has no such setting
+    # per namespace; empty where the cables are the delay line's TAPs (keep_flows_in_order)
+    rps_default_mask: dict[str, str | None] = field(default_factory=dict)
 
     def describe(self) -> dict:
         """The configuration the kernel reports on every shaped egress, with its counters."""
@@ -131,13 +133,11 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
     instead of a new one; ``lossy`` are the ranks whose cable a loss fault may strike."""
     net = ipaddress.ip_network(subnet)
     switches = {}
-    network_order: dict[str, str | None] = {}
     for i, name in enumerate(topo.switches):
         ns = f"{prefix}-sw{i}"
         record("netns", name=ns, switch=name)
         namespaces.create(ns)
         _quiet_ipv6(ns)
-        keep_flows_in_order(network_order, ns)
         with namespaces.iproute(ns) as ipr:
             record("link", name=f"{prefix}-br", netns=ns)
             ipr.link("add", ifname=f"{prefix}-br", kind="bridge")
@@ -145,8 +145,11 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         switches[name] = ns
     impl = choose_impl(latency_impl, topo, next(iter(switches.values())), record, loss_later=bool(lossy))
-    network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[],
-                      rps_default_mask=network_order)
+    network = Network(prefix=prefix, impl=impl, tcp_buffers={}, switches=switches, nodes=[])
+    steered = impl != "delayline"
+    if steered:
+        for ns in switches.values():            # before their ports exist
+            network.rps_default_mask[ns] = keep_flows_in_order(ns)
     for rank, attach in enumerate(topo.nodes):
         node_ns = f"{prefix}-n{rank}"
         record("netns", name=node_ns)
@@ -155,7 +158,8 @@ def build(prefix: str, subnet: str, topo: TopologySpec, latency_impl: str, seed:
         else:
             namespaces.create(node_ns)
         _quiet_ipv6(node_ns)
-        keep_flows_in_order(network_order, node_ns)
+        if steered:
+            network.rps_default_mask[node_ns] = keep_flows_in_order(node_ns)
         network.cables.append(cable.Cable(node_ns, "eth0", switches[attach.switch], f"{prefix}-p{rank}", attach.hop,
                                           lossy=rank in lossy, a_host=True))
     for j, trunk in enumerate(topo.trunks):
@@ -330,22 +334,22 @@ def cpu_mask(cpus: int) -> str:
             return ",".join(reversed(groups))
 
 
-def keep_flows_in_order(order: dict[str, str | None], ns: str) -> None:
+def keep_flows_in_order(ns: str) -> str | None:
     """Have the devices made later in namespace ``ns`` hand what they receive to a core chosen by
-    the packet's flow (receive packet steering over every core), and note the mask the kernel reads
-    back in ``order`` (None where the kernel has no such setting per namespace; it came in Linux
-    6.5). Without it a veth (or a TAP) queues each packet on the backlog of the core that sent it,
-    and with a qdisc that either core may run, one flow's packets land on both cores' backlogs,
-    which drain in either order: a flow arrived reordered, as no switch reorders one, and TCP
-    retransmitted what it took for lost (Gloo's ring at 8 nodes: 3-12 of 16 calls, up to 55
-    spurious retransmissions a call and 23 % of the link lost; docs/replay.md, "One flow in order")."""
+    the packet's flow (receive packet steering over every core); the mask as the kernel reads it
+    back, or None where it has no such setting per namespace (it came in Linux 6.3). A veth queues
+    each packet it carries on the backlog of the core that sent it, and with a qdisc that either
+    core may run, one flow's packets landed on both cores' backlogs, which drain in either order:
+    the flow arrived reordered, as no switch reorders one, and TCP retransmitted what it took for
+    lost (Gloo's ring at 8 nodes: 3-12 of 16 calls a run, up to 560 spurious retransmissions a run,
+    calls down to 0.67 of the link; docs/replay.md, "One flow in order"). The delay line's TAPs
+    need none: its relay's one thread hands them every frame in order, straight to the stack."""
     key = "net/core/rps_default_mask"
     try:
         namespaces.write_sysctl(ns, key, cpu_mask(os.cpu_count() or 1))
     except FileNotFoundError:
-        order[ns] = None
-        return
-    order[ns] = namespaces.read_sysctl(ns, key)
+        return None
+    return namespaces.read_sysctl(ns, key)
 
 
 def _quiet_ipv6(ns: str) -> None:
