@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,6 +81,10 @@ def _missing(marker: str) -> str | None:
         return "needs Slurm and munge (apt-get install slurmctld slurmd slurm-client munge)"
     if marker == "iperf3" and shutil.which("iperf3") is None:
         return "needs iperf3 (apt-get install iperf3)"
+    if marker == "rps":
+        release = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+        if release < (6, 3):
+            return f"needs Linux 6.3 or later for receive steering per namespace (net.core.rps_default_mask); this is {os.uname().release}"
     if marker == "sklearn" and importlib.util.find_spec("sklearn") is None:
         return "needs scikit-learn (pip install -e '.[test]')"
     if marker == "cgroup":
@@ -103,7 +108,7 @@ def _missing(marker: str) -> str | None:
 
 
 MARKERS = ("root", "compiler", "nvcc", "docker", "compose", "browser", "slurm", "iperf3", "sklearn", "cgroup",
-           "cgroup_v1", "cgroup_v2", "cuda")
+           "cgroup_v1", "cgroup_v2", "cuda", "rps")
 
 # Set by CI (.ci/run): a test that CI must run and cannot is an error, not a skip.
 REQUIRE_ENV = "GCTESTBED_REQUIRE_PRIVILEGED"
@@ -112,7 +117,8 @@ REQUIRE_ENV = "GCTESTBED_REQUIRE_PRIVILEGED"
 # none; the CUDA tests run where one is lent) and one cgroup version by name (a kernel gives the cpu
 # controller to v1 or to v2, never both; ``cgroup`` requires that it has one, and the test of the
 # version this kernel does not offer skips with that reason).
-REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose", "browser", "slurm", "iperf3", "sklearn", "cgroup")
+REQUIRED_IN_CI = ("root", "compiler", "nvcc", "docker", "compose", "browser", "slurm", "iperf3", "sklearn", "cgroup",
+                  "rps")
 
 
 def pytest_collection_modifyitems(config, items):

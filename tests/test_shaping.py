@@ -233,6 +233,7 @@ def _rps_cpus(ns: str) -> dict[str, int]:
             if line and line.split("/")[4] != "lo" and not line.split("/")[4].endswith("-br")}
 
 
+@pytest.mark.rps
 def test_a_flow_arrives_in_order_however_the_host_cores_share_the_nodes(ledger):
     """A switch never reorders a flow; two cores handing veth packets to their own backlogs did
     (topology.keep_flows_in_order). Every device of the nodes and the switch steers what it
@@ -245,8 +246,6 @@ def test_a_flow_arrives_in_order_however_the_host_cores_share_the_nodes(ledger):
     why they differ not worked out)."""
     net = build(ledger, TopologySpec.star(8, LinkSpec(bw_bps=10_000_000)))
     spaces = [n.netns for n in net.nodes] + list(net.switches.values())
-    if None in net.rps_default_mask.values():
-        pytest.skip(f"this kernel ({os.uname().release}) has no receive steering mask per namespace (Linux 6.3)")
     every = (1 << (os.cpu_count() or 1)) - 1
     masks = {ns: _rps_cpus(ns) for ns in spaces}
     assert all(m and set(m.values()) == {every} for m in masks.values()), masks

@@ -346,7 +346,7 @@ def _host_bound(cpu: dict) -> tuple[bool | None, str | None]:
     stolen = (host or {}).get("steal") or 0.0           # samples written without the column read none
     if stolen >= HOST_STOLEN_SHARE:
         reasons.append(f"the hypervisor took {stolen:.0%} of this host's CPU time (steal) through the measured "
-                       f"steps (at least {HOST_STOLEN_SHARE:.0%}): the host ran slower than itself")
+                       f"steps (at least {HOST_STOLEN_SHARE:.0%}): the host may have run slower than itself")
     if cpu["cpus_per_node"]:
         cap = cpu["cpus_per_node"]
         kernel = cpu.get("cgroups") or {}
