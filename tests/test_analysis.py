@@ -236,6 +236,13 @@ def test_the_held_out_model_predicts_a_replay_dilated_by_another_k(tmp_path):
             for r in cells.load(str(tmp_path)) if r.nodes == 16]
     held = model.held_out(rows + slow, {2, 4, 8})
     assert held["by_nodes"][16]["cells"] == len(slow) and held["by_nodes"][16]["median_abs_error"] < 0.01, held["by_nodes"]
+    # a gathering method's decode slope spans node counts run at different K (planted: keyed by the label,
+    # whose scale splits them -> no slope, and the decode grown in proportion to the nodes instead)
+    mixed = [replay(r, 256 if r.nodes == 8 else 128, False) for r in cells.load(str(tmp_path)) if r.nodes in (4, 8)]
+    same = [replay(r, 128, False) for r in cells.load(str(tmp_path)) if r.nodes in (4, 8)]
+    gathering = {k[2] for k in model.decode_slopes(same)}
+    assert gathering and {k[2] for k in model.decode_slopes(mixed)} == gathering
+    assert model.decode_slopes(mixed) == pytest.approx(model.decode_slopes(same))
     # two traces are two workloads, dilated or not
     other = [dataclasses.replace(r, workload=r.workload.replace("t.trace", "u.trace")) if r.nodes == 16 else r
              for r in (replay(r, 256 if r.nodes == 16 else 128, True) for r in cells.load(str(tmp_path)))]

@@ -174,10 +174,11 @@ def dilation_test(rows: list[Row]) -> list[Row]:
     for r in rows:
         if r.workload.startswith("replay of "):
             cells.setdefault(undilated_cell(r), []).append(r)
+    highest = top_dilation(rows)
     out = []
     for r in rows:
         twins = cells.get(undilated_cell(r), []) if r.workload.startswith("replay of ") else []
-        top = max((t.dilate for t in twins), default=r.dilate)
+        top = highest[undilated_cell(r)] if twins else r.dilate
         if top == r.dilate:
             out.append(r)
             continue
@@ -194,6 +195,16 @@ def undilated_workload(r: Row) -> str:
     if not r.workload.startswith("replay of "):
         return r.workload
     return r.replayed_as or r.workload.replace(f", scale={r.dilate:g}", "")
+
+
+def top_dilation(rows: list[Row]) -> dict[tuple, float]:
+    """Per cell whatever its dilation (``undilated_cell``), the highest K it was run at: the
+    dilation test's reference, and the one K the held-out model predicts it at."""
+    top: dict[tuple, float] = {}
+    for r in rows:
+        key = undilated_cell(r)
+        top[key] = max(top.get(key, r.dilate), r.dilate)
+    return top
 
 
 def undilated_cell(r: Row) -> tuple:

@@ -54,7 +54,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..spec import LOCAL_COMMS
-from .cells import SAME_CELL, Row, undilated_cell, undilated_workload
+from .cells import SAME_CELL, Row, top_dilation, undilated_cell, undilated_workload
 
 TOLERANCE = 0.10
 LAMBDA_STEP = 0.005         # λ's grid, from 0.25 to 4
@@ -361,9 +361,9 @@ def decode_slopes(rows: list[Row]) -> dict[tuple, float]:
     bucket and grows about a bucket per peer; so it is read from the cells, not assumed."""
     by: dict[tuple, dict[int, list[float]]] = {}
     coded = [r for r in rows if r.gather_calls and r.decode_s is not None and r.comm == "allreduce"]
-    serial = {(r.workload, r.batch_size, r.compressor) for r in coded if r.mode == "serial"}
+    serial = {(undilated_workload(r), r.batch_size, r.compressor) for r in coded if r.mode == "serial"}
     for r in coded:                     # serial cells where a method has them, as ``phases`` reads its decode
-        key = (r.workload, r.batch_size, r.compressor)
+        key = (undilated_workload(r), r.batch_size, r.compressor)      # a replay's whatever its K
         if r.mode == "serial" or key not in serial:
             by.setdefault(key, {}).setdefault(r.nodes, []).append(r.decode_s)
     out = {}
@@ -450,9 +450,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
     if f is None:
         return None
     ph, slopes = phases(train), decode_slopes(train)
-    top: dict[tuple, float] = {}
-    for r in rows:
-        top[undilated_cell(r)] = max(top.get(undilated_cell(r), r.dilate), r.dilate)
+    top = top_dilation(rows)
     cells_out, by_nodes = [], {}
     for r in rows:
         if r.nodes in fit_nodes or r.comm != "allreduce" or not r.expected_tx_bytes or not r.step_s \
@@ -465,7 +463,7 @@ def held_out(rows: list[Row], fit_nodes: set[int], variant: str = "tail") -> dic
             continue
         twin = max(twins, key=lambda t: (t.bw_bps == r.bw_bps, t.nodes, -abs(math.log(t.bw_bps / r.bw_bps)), t.dilate))
         predicted = _scaled(twin, ph[(*_setting(twin), twin.compressor)], r.nodes, r.bw_bps, r.latency_s, f, r.mode,
-                            slopes.get((twin.workload, twin.batch_size, twin.compressor)))
+                            slopes.get((undilated_workload(twin), twin.batch_size, twin.compressor)))
         cell = {"nodes": r.nodes, "compressor": r.compressor, "mode": r.mode, "bw_bps": r.bw_bps,
                 "measured_s": r.step_s, "predicted_s": predicted, "error": predicted / r.step_s - 1,
                 "from_nodes": twin.nodes, "host_bound": r.paced}
@@ -510,7 +508,8 @@ def project(rows: list[Row], f: Fit, nodes: list[int], bandwidths: list[float]) 
 
         def speedup(p: int, bw: float) -> float:
             return (_scaled(none, pn, p, bw, r.latency_s, f)
-                    / _scaled(r, pm, p, bw, r.latency_s, f, slope=slopes.get((r.workload, r.batch_size, r.compressor))))
+                    / _scaled(r, pm, p, bw, r.latency_s, f,
+                              slope=slopes.get((undilated_workload(r), r.batch_size, r.compressor))))
         entry = {"workload": r.workload, "batch_size": r.batch_size, "latency_s": r.latency_s, "measured_nodes": r.nodes,
                  "compressor": r.compressor, "speedup": {}, "break_even_bps": {}}
         for p in nodes:
