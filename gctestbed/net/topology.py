@@ -322,10 +322,10 @@ def _leaves(hop) -> tuple[bool, bool]:
     return cable.impaired(hop.ab), cable.impaired(hop.ba)
 
 
-def cpu_mask(cpus: int) -> str:
-    """A mask of the first ``cpus`` cores as the kernel's bitmaps are written: hex in groups of 32
-    bits joined by commas, the highest first."""
-    bits = (1 << cpus) - 1
+def cpu_mask(cpus: set[int]) -> str:
+    """A mask of the cores numbered ``cpus`` as the kernel's bitmaps are written: hex in groups of
+    32 bits joined by commas, the highest first."""
+    bits = sum(1 << c for c in cpus)
     groups = []
     while True:
         groups.append(f"{bits & 0xFFFFFFFF:x}" if bits >> 32 == 0 else f"{bits & 0xFFFFFFFF:08x}")
@@ -346,7 +346,7 @@ def keep_flows_in_order(ns: str) -> str | None:
     need none: its relay's one thread hands them every frame in order, straight to the stack."""
     key = "net/core/rps_default_mask"
     try:
-        namespaces.write_sysctl(ns, key, cpu_mask(os.cpu_count() or 1))
+        namespaces.write_sysctl(ns, key, cpu_mask(os.sched_getaffinity(0)))     # the cores this host lets us use
     except FileNotFoundError:
         return None
     return namespaces.read_sysctl(ns, key)
