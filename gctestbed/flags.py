@@ -55,7 +55,7 @@ def build_spec(*, nodes=DEFAULTS["nodes"], bw=DEFAULTS["bw"], latency=DEFAULTS["
     if not command:
         wl_name, wl_options = resolve_workload(workload)
         if wl_name == "replay":
-            trace = _trace(wl_options)
+            trace = _trace(wl_options, comp_name, comp_options)
             if wl_options["codec"] == "recorded":
                 comp_name, comp_options = _recorded_method(trace, compressor, comp_name, comp_options)
     opt_name, opt_options = optimizers.resolve(optimizer)
@@ -104,10 +104,25 @@ def replay_workload(text: str) -> str:
     return f"replay:{text}" if text.startswith("trace=") else f"replay:trace={text}"
 
 
-def _trace(options: dict) -> dict:
-    """The replay's trace, read and checked (options["trace"] made absolute: nodes read it from
-    anywhere); one sentence when it cannot be replayed."""
-    path = os.path.abspath(options["trace"])
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces")
+
+
+def trace_path(text: str) -> str:
+    """A replay's ``trace=`` as an absolute path: ``@NAME`` is NAME under the traces shipped with
+    gctestbed (``gctestbed/traces``: the GPU traces, which a claim's replayed experiment names the
+    same way wherever gctestbed is installed), anything else a path as typed."""
+    return os.path.join(SHIPPED, text[1:]) if text.startswith("@") else os.path.abspath(text)
+
+
+def _trace(options: dict, method: str = "", method_options: dict | None = None) -> dict:
+    """The replay's trace, read and checked (options["trace"] made the absolute path of one file:
+    nodes read it from anywhere); one sentence when it cannot be replayed. A directory stands for
+    its trace recorded with the run's method (``method``, its options resolved), so a sweep over
+    methods replays each method's own trace of one model (``sweep --record-traces DIR`` writes one
+    per method)."""
+    path = trace_path(options["trace"])
+    if os.path.isdir(path):
+        path = _of_method(path, method, method_options or {})
     try:
         trace = tracefile.load(path)
     except UserError as e:
@@ -119,6 +134,32 @@ def _trace(options: dict) -> dict:
         raise SpecError(f"trace {path} has buckets without ready times (a run stored before schema 13): "
                         "run the job again with this gctestbed and trace that run.")
     return trace
+
+
+def _of_method(directory: str, method: str, options: dict) -> str:
+    """The one trace in ``directory`` recorded with ``method`` and ``options``; one sentence when
+    there is none or more than one."""
+    held, found = [], []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path) or not name.endswith((".json", ".json.gz")):
+            continue
+        try:
+            job = tracefile.load(path)["job"]
+        except (UserError, KeyError):
+            continue
+        held.append(job["compressor"] + (":" + ",".join(f"{k}={v}" for k, v in sorted(job["compressor_options"].items()))
+                                         if job["compressor_options"] else ""))
+        if (job["compressor"], job["compressor_options"]) == (method, options):
+            found.append(path)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise SpecError(f"{directory} holds {len(found)} traces of {method} with these options "
+                        f"({', '.join(os.path.basename(f) for f in found)}): name one file.")
+    raise SpecError(f"{directory} holds no trace of {method}"
+                    + (f" with options {', '.join(f'{k}={v}' for k, v in sorted(options.items()))}" if options else "")
+                    + (f"; it holds: {'; '.join(held)}." if held else ", nor any other trace."))
 
 
 def _recorded_method(trace: dict, typed: str, name: str, options: dict) -> tuple[str, dict]:
@@ -144,14 +185,19 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
     if comm not in workloads.replay.COMMS or own_loop:
         raise SpecError("replay runs over the ring or parameter servers (--comm allreduce or ps) with a method that "
                         "reads nothing of the batch but its gradient (not variance or hybrid), for now.")
-    if options["codec"] == "recorded" and comm != trace["job"].get("comm", "allreduce"):
-        raise SpecError(f"codec=recorded sends what the trace's ranks sent over --comm {trace['job'].get('comm', 'allreduce')}: "
-                        "replay it over the same --comm, or use codec=real.")
-    recorded_ps = trace["job"].get("comm_options") or {}
+    recorded_comm = trace["job"].get("comm", "allreduce")
+    pushed = comm == "ps" and recorded_comm == "allreduce" and one_round(trace)
+    if options["codec"] == "recorded" and comm != recorded_comm and not pushed:
+        raise SpecError(f"codec=recorded sends what the trace's ranks sent over --comm {recorded_comm}: "
+                        "replay it over the same --comm (or over --comm ps a ring's trace whose buckets each sent one "
+                        "payload), or use codec=real.")
+    recorded_ps = ((trace["job"].get("comm_options") or {}) if recorded_comm == "ps"
+                   else dict(comm_options, servers=1, pull="dense"))
     if options["codec"] == "recorded" and comm == "ps" and (
             comm_options != recorded_ps or recorded_ps.get("servers") != 1 or recorded_ps.get("pull") != "dense"):
-        raise SpecError("codec=recorded replays the trace's own parameter servers, of one server with dense pulls, for now "
-                        "(pushes split over servers or pulled compressed are not replayed): use codec=real.")
+        raise SpecError("codec=recorded replays parameter servers of one server with dense pulls, the trace's own or a "
+                        "ring's trace pushed, for now (pushes split over servers or pulled compressed are not replayed): "
+                        "use codec=real.")
     if options["real"] and options["codec"] == "recorded":
         raise SpecError("a mixed run's real ranks run the method for real, so the replaying ranks must too: "
                         "leave out codec=recorded when real=N.")
@@ -180,6 +226,15 @@ def _replayable(trace: dict, options: dict, steps, bucket_cap_mb, comm: str, com
     if _float("--bucket-cap-mb", bucket_cap_mb) != cap:
         raise SpecError(f"the trace's DDP used --bucket-cap-mb {cap:g}: a replay must form the same buckets.")
     return bucket_cap_mb, batch_size
+
+
+def one_round(trace: dict) -> bool:
+    """Whether every recorded bucket sent one payload in one round (an all-reduce or an all-gather of
+    what the rank encoded, not PowerSGD's two rounds): what a worker pushes to one parameter server
+    is then that payload, so a ring's trace replays over --comm ps with codec=recorded, the pulls
+    dense and the server's own work real."""
+    from .compress.recorded import rounds_of
+    return all(len(rounds_of(b)) == 1 for r in trace["ranks"] for s in r["steps"] for b in s["buckets"])
 
 
 def _replay_clock(trace: dict, options: dict, device: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from gctestbed import results, sweep
 from gctestbed.analysis import cells
 from gctestbed.claims import catalog, judge
+from gctestbed.claims import experiments as X
 from gctestbed.claims.experiments import EXPERIMENTS, STROM_TAUS
 from gctestbed.claims.conditions import Conditions
 from gctestbed.claims.verdict import (AGREE, DISAGREE, INCONCLUSIVE, OUT_OF_SCOPE, Measure, at_least, at_most, between,
@@ -94,10 +95,15 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
     with the steps and other settings the claims experiment whose sweep it is gives its cells (the
     judge reads no other), or ``settings``."""
     run_id = run_id or f"r{abs(hash(json.dumps(params, sort_keys=True))) % 10**10}-{repeat}"
-    spec = RunSpec(nodes=int(params["nodes"]), link=LinkSpec(bw_bps=parse_rate(params["bw"])), compressor=params["compressor"].split(":")[0],
-                   workload=params["workload"].split(":")[0], steps=len(step_times), batch_size=int(params["batch_size"]),
-                   mode=params["mode"], results_dir=results_dir, run_id=run_id, seed=seed, device=device)
-    spec = dataclasses.replace(spec, **{**settings_of(sweep), **settings})
+    planned = planned_spec(sweep, params)
+    if planned is not None:         # one of a claims experiment's cells: the spec its sweep builds for it
+        spec = dataclasses.replace(planned, results_dir=results_dir, run_id=run_id, seed=seed, device=device, **settings)
+    else:
+        spec = RunSpec(nodes=int(params["nodes"]), link=LinkSpec(bw_bps=parse_rate(params["bw"])),
+                       compressor=params["compressor"].split(":")[0], workload=params["workload"].split(":")[0],
+                       steps=len(step_times), batch_size=int(params["batch_size"]), mode=params["mode"],
+                       results_dir=results_dir, run_id=run_id, seed=seed, device=device)
+        spec = dataclasses.replace(spec, **{**settings_of(sweep), **settings})
     rec = results.Recorder(results_dir, run_id)
     rec.start_run(spec, {})
     for step, t in enumerate(step_times):
@@ -115,6 +121,25 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
 # what a claims experiment gives every cell beside its axes and the judge holds a stored cell to
 # (written out here, not read from judge.JUDGED, so a change there cannot change the test's data too)
 GIVEN = ("steps", "lr", "eval_every", "bucket_cap_mb", "cpus_per_node", "dilate")
+
+
+_PLANS: dict[tuple[str, str], dict[str, RunSpec]] = {}
+
+
+def planned_spec(sweep_name: str, params: dict) -> RunSpec | None:
+    """The spec a claims experiment's sweep builds for the cell of ``params`` (a replay's trace
+    resolved, its method's options, the dilation; a baseline's cell as ``claims run --baseline``
+    adds it), or None where the cell is not one it plans."""
+    key = (sweep_name, params["compressor"])
+    if key not in _PLANS:
+        _PLANS[key] = {}
+        for exp in EXPERIMENTS.values():
+            for quick in (True, False):
+                name = exp.sweep_name(quick)
+                if sweep_name == name or sweep_name.startswith(name + "-r"):
+                    grid = judge._grid(exp, quick, "unused", baseline=params["compressor"])
+                    _PLANS[key] = {c.key: c.spec for c in sweep.plan(grid)}
+    return _PLANS[key].get(json.dumps(params, sort_keys=True))
 
 
 def settings_of(sweep_name: str) -> dict:
@@ -138,11 +163,21 @@ def params_of(experiment: str, quick: bool = True, **values) -> dict:
     return out
 
 
+# the methods of the replayed parameter-server experiment, as its cells type them
+PUSHED = {"none": "none", "fp16": "fp16", "twobit": X.TWOBIT_H200}
+
+
+def ps_cell(results_dir, method: str, step_times: list[float], bw: str = "{high}", **kw) -> None:
+    """One finished cell of the replayed parameter-server experiment (claims a and c): ``method``
+    (none, fp16, twobit) pushed to one server, replayed from its trace with its own payloads."""
+    params = params_of("mxnet-ps-replay", bw=bw, compressor=PUSHED[method])
+    cell(str(results_dir), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True), params, step_times, **kw)
+
+
 def judge_c(tmp_path, none_times, twobit_times) -> dict:
     """Claim c (2-bit helps little on a fast link: speedup at most 1.2) on a made-up store."""
-    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
-    for method, times in (("none", none_times), ("twobit:threshold=0.5", twobit_times)):
-        cell(str(tmp_path), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method), times)
+    for method, times in (("none", none_times), ("twobit", twobit_times)):
+        ps_cell(tmp_path, method, times)
     return judge.judge(anywhere("c"), True, str(tmp_path))
 
 
@@ -384,9 +419,8 @@ def test_only_a_figure_that_read_bytes_is_judged_again_on_the_payloads(tmp_path,
     """A speed figure reads no bytes: judged once, on the wire alone. A byte figure (g) is read on
     both counts, and so is one that reads bytes inside an accuracy figure (Strom's largest ratio
     among the taus that keep accuracy), which no part's declared needs say."""
-    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
-    for method in ("none", "twobit:threshold=0.5"):
-        cell(str(tmp_path / "c"), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method), [0.1] * 12)
+    for method in ("none", "twobit"):
+        ps_cell(tmp_path / "c", method, [0.1] * 12)
     calls = []
     c = judge.judge(_counting(anywhere("c"), calls), True, str(tmp_path / "c"))
     assert calls == ["wire"] and "payload_count" not in c["parts"][0]["detail"], (calls, c["parts"][0])
@@ -483,22 +517,54 @@ def test_a_claim_whose_experiments_have_not_run_is_inconclusive_or_out_of_scope_
 
 def test_a_claim_measured_outside_its_sources_conditions_is_out_of_scope_and_says_why(tmp_path):
     """MXNet's 2-bit speedups were measured on its parameter server with GPU nodes: measured here
-    on a CPU ring, a 3x speedup is not a verdict about the claim. The same figure with the
-    conditions matched (lifted here) disagrees."""
-    judge_c(tmp_path, [0.3] * 8, [0.1] * 8)
-    here = judge.judge(catalog.BY_ID["c"], True, str(tmp_path))
+    on a CPU ring (b, on mxnet-speed's real runs), a 3x speedup is not a verdict about the claim.
+    The same figure with the conditions matched (lifted here) disagrees."""
+    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
+    for method, t in (("none", 0.3), ("twobit:threshold=0.5", 0.1)):
+        cell(str(tmp_path), name, params_of("mxnet-speed", workload="{conv}", bw="{low}", compressor=method), [t] * 8)
+    here = judge.judge(catalog.BY_ID["b"], True, str(tmp_path))
     assert here["verdict"] == OUT_OF_SCOPE
     (part,) = here["parts"]
     assert part["value"] is None and part["why"].startswith("out of scope here, because ")
     assert "parameter server" in part["why"] and "GPU" in part["why"]
     # the device is the runs' own (a store of CPU runs stays CPU whatever is asked: see the mixed-store test)
-    on_gpu = judge.judge(catalog.BY_ID["c"], True, str(tmp_path), device="cuda")
+    on_gpu = judge.judge(catalog.BY_ID["b"], True, str(tmp_path), device="cuda")
     assert "parameter server" in on_gpu["parts"][0]["why"] and "GPUs; here on CPUs" in on_gpu["parts"][0]["why"]
-    assert judge.judge(anywhere("c"), True, str(tmp_path))["verdict"] == DISAGREE
+    assert judge.judge(anywhere("b"), True, str(tmp_path))["verdict"] == DISAGREE
     # an accuracy part does not depend on the device or the links, a speed part does
     assert catalog.BY_ID["f"].conditions.device == "gpu"          # DGC's GPUs: its accuracies are judged on CPUs
     assert judge.in_scope(catalog.BY_ID["f"], True, "cpu") == catalog.BY_ID["f"].parts
     assert judge.in_scope(catalog.BY_ID["l"], True, "cpu") == []
+
+
+def test_a_replay_of_gpu_traces_pushed_to_a_server_is_judged_in_mxnets_regime_on_a_cpu_host(tmp_path):
+    """Claims a (its speed part) and c read MXNet's arrangement replayed: the H200 traces of the
+    FC-heavy mlp pushed to one parameter server. Their compute is the GPU's and the model an MLP,
+    read from the traces themselves, so on this CPU host they are in scope and judged (a 3x
+    speedup disagrees with c's "little benefit"); a's second part (a bigger FC model), b (a CNN) and
+    v still read real runs over the ring and stay out of scope. Planted, the replay's device taken
+    from the host that ran it (here() ignoring the traces): c out of scope on CPUs, fails."""
+    from gctestbed.claims import conditions
+    h = judge._here("mxnet-ps-replay", True, "cpu")
+    assert (h.device, h.models, h.comms, h.replayed) == ("gpu", ("MLP",), ("ps",), True)
+    assert "replayed from traces" in h.describe()
+    for claim_id in "ac":
+        assert judge.in_scope(catalog.BY_ID[claim_id], True, "cpu")[0].experiment == "mxnet-ps-replay"
+    assert judge.in_scope(catalog.BY_ID["c"], False, "cpu") == catalog.BY_ID["c"].parts
+    assert judge.in_scope(catalog.BY_ID["b"], True, "cpu") == [] and judge.in_scope(catalog.BY_ID["v"], True, "cpu") == []
+    judge_c(tmp_path, [0.3] * 8, [0.1] * 8)
+    c = judge.judge(catalog.BY_ID["c"], True, str(tmp_path))
+    assert c["verdict"] == DISAGREE and c["parts"][0]["value"] == pytest.approx(3.0), c["parts"][0]
+    assert "replayed" in c["conditions_here"]["mxnet-ps-replay"]
+    # a trace recorded on a CPU is a CPU's compute: out of scope for a GPU claim, whoever replays it
+    cpu_trace = str(tmp_path / "cpu.json")
+    job = {"workload": "mlp"}
+    with open(cpu_trace, "w") as f:
+        json.dump({"format": "gctestbed-trace", "version": 2, "job": job, "recorded": {"device": "cpu"}}, f)
+    assert conditions.replayed(f"replay:trace={cpu_trace}") == (("MLP",), ("cpu",))
+    assert conditions.replayed("mlp:width=8") is None
+    assert conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"],
+                            "workload": [f"replay:trace={cpu_trace}"]}, "cpu").device == "cpu"
 
 
 def test_the_utility_study_is_out_of_scope_below_ten_gigabits():
@@ -562,7 +628,8 @@ def test_a_speed_measured_on_a_cluster_size_the_source_did_not_run_is_out_of_sco
 
 
 def test_every_part_in_scope_reads_methods_its_experiment_runs(tmp_path):
-    """Every accuracy and byte experiment filled, every method of its grid run twice (seeds 0 and
+    """Every experiment in scope on CPU filled (the accuracy and byte ones, and the replayed
+    parameter-server one), every method of its grid at each rate run twice (seeds 0 and
     1), none at 60 % sending 10,000 bytes a step, the control at 20 %, every other method at 60 %
     sending 1,000: each part in scope on CPU must then have a value. A part whose figure reads a
     method its experiment no longer runs would be "not measured" for ever (planted: Strom's taus
@@ -573,10 +640,10 @@ def test_every_part_in_scope_reads_methods_its_experiment_runs(tmp_path):
     for name in sorted(read):
         exp = EXPERIMENTS[name]
         grid = exp.grid(True, results_dir="unused")
-        for workload, method in itertools.product(grid.axes["workload"], grid.axes["compressor"]):
+        for workload, method, bw in itertools.product(grid.axes["workload"], grid.axes["compressor"], grid.axes["bw"]):
             acc = 0.20 if method == exp.control else 0.60
             for seed in (0, 1):
-                cell(str(tmp_path), exp.sweep_name(True), params_of(name, workload=workload, compressor=method),
+                cell(str(tmp_path), exp.sweep_name(True), params_of(name, workload=workload, compressor=method, bw=bw),
                      [0.1] * 3, acc, 1_000_000, tx=10_000 if method == "none" else 1_000, repeat=seed, seed=seed)
     for claim in catalog.CLAIMS:
         parts = judge.in_scope(claim, True, "cpu")
@@ -684,7 +751,7 @@ def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
     out = here("claims", "report", "c", "s", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert [c["verdict"] for c in report["claims"]] == [OUT_OF_SCOPE, INCONCLUSIVE] and report["claims"][0]["toy"]
+    assert [c["verdict"] for c in report["claims"]] == [AGREE, INCONCLUSIVE] and report["claims"][0]["toy"]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "src=\"claim-c.png" not in page and page.count("data:image/png;base64,") == 2 and "(toy scale)" in page
     assert gct("claims", "run", "--results", str(tmp_path)).returncode == 2          # no id, no --all: a sentence
@@ -695,7 +762,7 @@ def test_the_verdicts_are_written_into_a_markdown_page_between_its_markers(tmp_p
     doc = tmp_path / "claims.md"
     doc.write_text("# intro\n\n<!-- claims:begin (generated by gctestbed claims run/report --doc) -->\nold\n"
                    "<!-- claims:end -->\n\nkept\n")
-    out = here("claims", "report", "c", "d", "w", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--doc", str(doc))
+    out = here("claims", "report", "b", "d", "w", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--doc", str(doc))
     assert out.returncode == 0, out.stderr
     text = doc.read_text()
     assert "- departures that do not gate the verdict: the paper clips each node's whole gradient" in text   # w's
@@ -703,7 +770,7 @@ def test_the_verdicts_are_written_into_a_markdown_page_between_its_markers(tmp_p
     assert f"Positive controls (a method that must lose, against none): accuracy-mlp: {control} lost 40.00 points" in text
     assert "over 1 run each (more than 1 point, its whole interval clear)" in text and "accuracy-adam" not in text
     assert text.startswith("# intro") and text.endswith("kept\n") and "\nold\n" not in text
-    assert "### c. out of scope here (toy scale)" in text and "### d. agree (toy scale)" in text
+    assert "### b. out of scope here (toy scale)" in text and "### d. agree (toy scale)" in text
     assert "the source's conditions: comm ps; GPU nodes" in text and "a whole interval below -1" in text
     assert "out of scope here, because the source measured workers meeting over a parameter server" in text
 
@@ -728,9 +795,8 @@ def test_claim_g_runs_end_to_end_and_reads_the_kernels_counters(tmp_path, state_
 
 
 def test_with_another_baseline_the_speed_parts_compare_against_it(tmp_path):
-    name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
-    for method, t in (("none", 0.3), ("fp16", 0.15), ("twobit:threshold=0.5", 0.1)):
-        cell(str(tmp_path), name, params_of("mxnet-speed", workload="{fc}", bw="{high}", compressor=method), [t] * 8)
+    for method, t in (("none", 0.3), ("fp16", 0.15), ("twobit", 0.1)):
+        ps_cell(tmp_path, method, [t] * 8)
     against_none = judge.judge(anywhere("c"), True, str(tmp_path))
     against_fp16 = judge.judge(anywhere("c"), True, str(tmp_path), baseline="fp16")
     assert against_none["parts"][0]["value"] == pytest.approx(3.0) and against_none["verdict"] == DISAGREE
@@ -853,7 +919,6 @@ _E = EXPERIMENTS
 _BASE = {name: {"none": (none, 10_000), _E[name].control: (none - 0.40, 10)}
          for name, none in (("accuracy-sgd", 0.60), ("dgc-recipe", 0.60), ("accuracy-adam", 0.90), ("variance-sgd", 0.90),
                             ("accuracy-mlp", 0.60))}
-from gctestbed.claims import experiments as X  # noqa: E402
 
 # claim -> (experiment, {case: (methods' (accuracy, bytes a step) beside the base, every part's verdict)}),
 # each figure worked by hand from the part's definition (catalog.py), on 10^6 held-out samples
@@ -927,9 +992,12 @@ def test_each_claim_of_the_accuracy_tasks_gives_each_verdict_on_measurements_mad
 
 
 def test_a_store_whose_runs_mix_cpu_and_gpu_nodes_is_judged_on_neither(tmp_path):
-    """A GPU claim (c with only its device condition kept) is judged on GPU runs, out of scope on
-    CPU runs, and out of scope on a store holding both (its first row no longer decides)."""
-    claim = dataclasses.replace(catalog.BY_ID["c"], conditions=Conditions(device="gpu"))
+    """A GPU claim (c's figure on the real runs of mxnet-speed, with only its device condition kept)
+    is judged on GPU runs, out of scope on CPU runs, and out of scope on a store holding both (its
+    first row no longer decides)."""
+    claim = catalog.Claim("c", "mxnet", "c on real runs", [catalog.Part(
+        "2-bit speedup over none, FC-heavy model, high bandwidth", "mxnet-speed", catalog._speed(X.TWOBIT, "fc", "high"),
+        at_most(1.2))], Conditions(device="gpu"))
     name = EXPERIMENTS["mxnet-speed"].sweep_name(True)
     for where, devices in (("gpu", ("cuda", "cuda")), ("cpu", ("cpu", "cpu")), ("mixed", ("cuda", "cpu"))):
         for method, device in zip(("none", "twobit:threshold=0.5"), devices):

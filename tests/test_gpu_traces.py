@@ -1,4 +1,4 @@
-"""The GPU traces kept in traces/h200 (recorded with NCCL on an NVIDIA H200, docs/replay.md): each
+"""The GPU traces kept in gctestbed/traces/h200 (recorded with NCCL on an NVIDIA H200, docs/replay.md): each
 is what it says it is, and its payloads follow each method's own size law, worked by hand from
 the sources' rules (DGC's epoch length and selection bounds are gctestbed's own options). The
 files are read, not recorded: this guards the kept traces, not the recording."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gctestbed import tracefile
 
-TRACES = Path(__file__).resolve().parent.parent / "traces" / "h200"
+TRACES = Path(__file__).resolve().parent.parent / "gctestbed" / "traces" / "h200"
 # the FC-heavy model (mlp:width=1024,depth=3,input_dim=1024): three 1024x1024 layers and a 10-way head
 MATRICES = [(1024, 1024)] * 3 + [(10, 1024)]
 VECTORS = [1024] * 3 + [10]

@@ -1,6 +1,6 @@
 """An NCCL job's torch.profiler traces, imported on the GPU's clock (gctestbed/profiler_import.py).
 
-The profiles in traces/h200/profiles are of a plain DDP job (no gctestbed: scripts/gpu-check's
+The profiles in gctestbed/traces/h200/profiles are of a plain DDP job (no gctestbed: scripts/gpu-check's
 ``profile`` step) on an NVIDIA H200, two ranks sharing the GPU over NCCL's socket transport, the
 MLP of the GPU traces with DDP's bucket cap at 4 MB (three buckets) and 25 MB (one). The imported
 trace is held against what does not come from the importer: the buckets against the layers'
@@ -25,7 +25,7 @@ import pytest
 from gctestbed import profiler_import
 from gctestbed.spec import UserError
 
-PROFILES = Path(__file__).resolve().parent.parent / "traces" / "h200" / "profiles"
+PROFILES = Path(__file__).resolve().parent.parent / "gctestbed" / "traces" / "h200" / "profiles"
 HIDDEN = 1024 * 1024 + 1024                  # a 1024x1024 layer and its bias
 HEAD = 10 * 1024 + 10                        # the 10-way head and its bias
 WHOLE = 3 * HIDDEN + HEAD

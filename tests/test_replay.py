@@ -327,6 +327,40 @@ def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, 
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
 
 
+def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
+    """A sweep over methods replays each method's own trace of one model: trace=DIR takes, per run,
+    the one trace in DIR recorded with the run's method and options (here the GPU traces shipped
+    with gctestbed, named @h200/evening wherever it is installed). A method DIR holds no trace of,
+    or two of, is one sentence naming what it holds. Planted (the first trace in DIR whatever the
+    method): the twobit run replays none's, fails."""
+    import os
+    import shutil
+    import gctestbed as package
+    from gctestbed import tracefile
+    evening = os.path.join(os.path.dirname(package.__file__), "traces", "h200", "evening")
+    assert flags.trace_path("@h200/evening") == evening
+    replay = "@h200/evening,compute=sleep,codec=recorded"
+    none = flags.build_spec(nodes="2", steps="10", replay=replay)
+    two = flags.build_spec(nodes="2", steps="10", compressor="twobit:threshold=0.001", replay=replay)
+    assert os.path.basename(none.workload_options["trace"]) == "mlp-none-1gbit.json.gz" and none.compressor == "none"
+    assert os.path.basename(two.workload_options["trace"]) == "mlp-twobit-1gbit.json.gz"
+    assert (two.compressor, two.compressor_options) == ("twobit", {"residual": True, "threshold": 0.001})
+    with pytest.raises(SpecError, match=r"holds no trace of twobit with options residual=True, threshold=0.5; it holds: "
+                                        r".*twobit:residual=True,threshold=0.001\."):
+        flags.build_spec(nodes="2", steps="10", compressor="twobit:threshold=0.5", replay=replay)
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for name in ("a.json.gz", "b.json.gz"):
+        shutil.copy(os.path.join(evening, "mlp-none-1gbit.json.gz"), twice / name)
+    with pytest.raises(SpecError, match="holds 2 traces of none with these options"):
+        flags.build_spec(nodes="2", steps="10", replay=f"{twice},compute=sleep")
+    # a worker pushes what a ring's trace sent in one round (none, fp16, 2-bit, DGC), not PowerSGD's two rounds
+    assert flags.one_round(tracefile.load(two.workload_options["trace"]))
+    assert not flags.one_round(tracefile.load(os.path.join(evening, "mlp-powersgd-1gbit.json.gz")))
+    pushed = flags.build_spec(nodes="2", steps="10", comm="ps", compressor="twobit:threshold=0.001", replay=replay)
+    assert (pushed.comm, pushed.comm_options["servers"], pushed.comm_options["pull"]) == ("ps", 1, "dense")
+
+
 def _server_rx(results_dir) -> float:
     """The parameter server's interface bytes received per step (its eth0 counters), median after step 1."""
     conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
@@ -343,7 +377,8 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     codec=recorded over --comm ps: the server's interface receives what it received from the real
     run (within 1 %, its kernel counters). A trace with halved payloads does not pass: the server
     decodes every push with the method's own rule, and half a twobit payload is too short for its
-    elements, so that run stops. Replaying it over the ring is refused: its payloads were pushes."""
+    elements, so that run stops. Replaying it over the ring is refused: its payloads were pushes. A
+    ring's trace of the same job pushes its payloads to the server as the real run did (within 1 %)."""
     ps = dict(nodes="2", bw="1gbit", steps="6", comm="ps")       # the three runs on the module's kept network
     small = "mlp:width=512,depth=2,input_dim=256"
     kept(**ps, compressor="twobit", workload=small, results_dir=str(tmp_path / "real"))
@@ -356,6 +391,18 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     assert abs(replayed / real - 1) < 0.01, (replayed, real)
     with pytest.raises(AssertionError, match="fewer than the"):          # the planted bug: the run fails
         kept(**ps, replay=f"{tmp_path / 'half.json'},codec=recorded", results_dir=str(tmp_path / "half"))
+    # a ring's trace of the same job: each bucket's one payload is what a worker pushes, so it replays over
+    # ps too (how the claims replay GPU traces in MXNet's arrangement), the server receiving what the real
+    # parameter-server run's did; halved, the server's decode stops it
+    ring_run = dict(ps, comm="allreduce")
+    kept(**ring_run, compressor="twobit", workload=small, results_dir=str(tmp_path / "ring"))
+    _record(tmp_path / "ring", tmp_path / "ring.json")
+    _halved(str(tmp_path / "ring.json"), str(tmp_path / "ring-half.json"))
+    kept(**ps, replay=f"{tmp_path / 'ring.json'},codec=recorded", results_dir=str(tmp_path / "pushed"))
+    pushed = _server_rx(tmp_path / "pushed")
+    assert abs(pushed / real - 1) < 0.01, (pushed, real)
+    with pytest.raises(AssertionError, match="fewer than the"):
+        kept(**ps, replay=f"{tmp_path / 'ring-half.json'},codec=recorded", results_dir=str(tmp_path / "ring-half"))
     # the refusals: one through the command line (exit 2, one sentence), the others where it makes the spec
     ring = here("run", "--nodes", "2", "--steps", "6", "--replay", f"{tmp_path / 't.json'},codec=recorded",
                 "--results", tmp_path / "ring")

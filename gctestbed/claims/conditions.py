@@ -12,9 +12,11 @@ parameters and the class of model). A part whose conditions do not match is not 
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
-from ..spec import parse_rate
+from ..spec import parse_choice, parse_rate
 
 ANY = "any"
 SPEED = ("comm", "device", "bw", "latency", "model", "nodes")
@@ -64,15 +66,19 @@ class Here:
     optimizers: tuple[str, ...]
     workloads: tuple[str, ...]
     nodes: tuple[str, ...]
+    replayed: bool = False          # every workload a replay: compute (and device) the traces', the network real
 
     @property
     def models(self) -> tuple[str, ...]:
-        """The classes of the experiment's models; a workload of no known class (a user's own, a
-        replay) is its own name."""
-        return tuple(dict.fromkeys(MODEL_CLASSES.get(w.split(":")[0], w.split(":")[0]) for w in self.workloads))
+        """The classes of the experiment's models (a replay's: the recorded model's); a workload of no
+        known class (a user's own) is its own name."""
+        return tuple(dict.fromkeys(c for w in self.workloads for c in (replayed(w) or ((), ()))[0] or
+                                   (MODEL_CLASSES.get(w.split(":")[0], w.split(":")[0]),)))
 
     def describe(self) -> str:
-        return (f"comm {', '.join(self.comms)}; {self.device.upper()} nodes; links "
+        nodes = f"{self.device.upper()} nodes" + (" replayed from traces (their compute, the network here)"
+                                                   if self.replayed else "")
+        return (f"comm {', '.join(self.comms)}; {nodes}; links "
                 f"{', '.join(_rate(b) for b in self.bws)}; latency {', '.join(_duration(x) for x in self.latencies)}; "
                 f"optimizer {', '.join(self.optimizers)}; {', '.join(self.nodes)} nodes; {_classes(self.models)}: "
                 f"{'; '.join(self.workloads)}")
@@ -82,12 +88,48 @@ def here(axes: dict[str, list[str]], device: str) -> Here:
     """The conditions of a grid's axes (filled at one scale) on ``device`` (cpu, cuda, or mixed:
     a store whose runs of the experiment were made on both)."""
     from ..spec import parse_duration
+    traces = [replayed(w) for w in axes["workload"]]
+    ran = {"cpu", "cuda"} if device == "mixed" else {"cuda" if device == "cuda" else "cpu"}
+    # a replay computed on the device its traces were recorded on, whatever ran it here
+    kinds = {d for t in traces for d in (t[1] if t else ran)}
     return Here(comms=tuple(v.split(":")[0] for v in axes.get("comm", ["allreduce"])),
-                device={"cuda": "gpu", "mixed": "cpu+gpu"}.get(device, "cpu"),
+                device="cpu+gpu" if len(kinds) > 1 else {"cuda": "gpu"}.get(kinds.pop(), "cpu"),
+                replayed=bool(traces) and all(traces),
                 bws=tuple(sorted(parse_rate(b) for b in axes["bw"])),
                 latencies=tuple(sorted(parse_duration(x) for x in axes["latency"])),
                 optimizers=tuple(v.split(":")[0] for v in axes.get("optimizer", ["sgd"])),
                 workloads=tuple(axes["workload"]), nodes=tuple(axes["nodes"]))
+
+
+def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """A replay's recorded model classes and devices (cpu, cuda), read from its trace (a directory:
+    every trace in it, one per method); None for a workload that is not a replay, or whose traces
+    cannot be read here (its runs then fail with the reason)."""
+    if not workload.startswith("replay:"):
+        return None
+    options = parse_choice(workload, "--workload")[1]
+    if "trace" not in options:
+        return None
+    return _recorded(options["trace"])
+
+
+@functools.lru_cache(maxsize=None)
+def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    from .. import tracefile
+    from ..flags import trace_path
+    from ..spec import UserError
+    path = trace_path(trace)
+    files = ([os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith((".json", ".json.gz"))]
+             if os.path.isdir(path) else [path])
+    classes, devices = [], []
+    for f in files:
+        try:
+            t = tracefile.load(f)
+        except (UserError, OSError):
+            continue
+        classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
+        devices.append(t["recorded"].get("device", "cpu"))
+    return (tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices))) if classes else None
 
 
 def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]:

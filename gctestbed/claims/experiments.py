@@ -46,6 +46,15 @@ TWOBIT_DISCARD = "twobit:threshold=0.01,residual=false"   # MXNet's 2-bit with w
 # gradient's own units, so the default set for MXNet's examples says little about this task's (claim d)
 TWOBIT_THRESHOLDS = tuple(f"twobit:threshold={t}" for t in ("0.5", "0.1", "0.01", "0.001"))
 DGC_CLIP = "dgc:ratio=0.001,warmup_epochs=0,clip_norm=0.25"   # DGC_MASK with local clipping (claim w, the LSTM)
+# MXNet's arrangement with GPU compute, replayed (claims a and c): the FC-heavy mlp's traces recorded on an H200
+# (gctestbed/traces/h200/evening, one per method), each replayed with its own payloads (codec=recorded), its
+# compute and optimizer waited (a GPU's leave the CPU free), the workers pushing them to one parameter server that
+# sums on this host's CPU and answers dense, as MXNet's servers do
+H200_FC = "replay:trace=@h200/evening,compute=sleep,codec=recorded,optim=recorded"
+# the traces' 2-bit: threshold 0.001, not MXNet's default 0.5; its payload (2 bits an element, 16 to a word) and its
+# encode's work do not depend on the threshold, so a speed does not. Its label in a replay of its own payloads
+# names every option (analysis/cells.method_label)
+TWOBIT_H200, TWOBIT_H200_LABEL = "twobit:threshold=0.001", "twobit:residual=True,threshold=0.001"
 # an epoch of the text task: its training bytes (nine tenths of the corpus) over 2 nodes x 32 windows a step
 TEXT_EPOCH = "44"               # 90,000 bytes / (2 x 32 x 32)
 LR_WARMUP = str(5 * int(TEXT_EPOCH))   # DGC's recipe (its authors' configs): the learning rate warmed up over 5 epochs
@@ -68,6 +77,7 @@ class Setup:
     eval_every: str = "0"
     bucket_cap_mb: str = "25"
     scale: str = ""            # in words, for the report: what was scaled down and how far
+    dilate: str = "1"          # a replayed experiment's time dilation (--dilate K): links and recorded times x K
     toy: bool = False          # a full tier still far below the sources' sizes (the report says "toy scale")
 
 
@@ -87,7 +97,7 @@ class Experiment:
         s = self.setup(quick)
         axes = {axis: [fill(v, s.roles) for v in values] for axis, values in self.axes.items()}
         return sweep.Grid(axes=axes, steps=s.steps, repeat=s.repeat, lr=s.lr, eval_every=s.eval_every,
-                          bucket_cap_mb=s.bucket_cap_mb, **shared)
+                          bucket_cap_mb=s.bucket_cap_mb, dilate=s.dilate, **shared)
 
     def sweep_name(self, quick: bool) -> str:
         return f"claims-{self.name}-{'quick' if quick else 'full'}"
@@ -119,6 +129,19 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         full=Setup({"fc": "alexnet", "fc_big": "vgg16", "conv": "resnet50", "low": "1gbit", "high": "25gbit", "batch": "64"},
                    steps=40, repeat=3, scale="the sources' sizes: AlexNet (61 M), VGG-16 (138 M), ResNet-50 (25.6 M), "
                                              "224-pixel images, 2 nodes")),
+    Experiment(
+        "mxnet-ps-replay",
+        # two workers and one server, each on its own link; dilated so the fast link is one this host can drive
+        axes={"workload": [H200_FC], "comm": ["ps"], "bw": ["{low}", "{high}"], "compressor": ["none", TWOBIT_H200],
+              "nodes": ["2"], "batch_size": ["128"], "latency": ["0"], "mode": ["overlap"]},
+        quick=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "10gbit"}, steps=10, repeat=3, dilate="10",
+                    scale="replayed: the FC-heavy mlp (3.2 M parameters, batch 128) as recorded on an H200 (two nodes "
+                          "sharing the GPU, so a node's compute holds some of the other's kernels), 2 workers and one "
+                          "server on this host, links at 1 and 10 Gbit/s dilated x10 (the server's sums, this CPU's, "
+                          "count a tenth), 3 seeds"),
+        full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit"}, steps=12, repeat=5, dilate="25",
+                   scale="replayed: the same traces, links at 1 and 25 Gbit/s dilated x25 (the server's sums, this "
+                         "CPU's, count a 25th), 5 seeds")),
     Experiment(
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],
