@@ -6,6 +6,7 @@ naming the accepted forms.
 
 from __future__ import annotations
 
+import json
 import os
 
 from . import topofile, tracefile
@@ -136,22 +137,33 @@ def _trace(options: dict, method: str = "", method_options: dict | None = None) 
     return trace
 
 
+# what one job's traces share whatever their method: a directory of them stands for one job
+ONE_JOB = ("workload", "workload_options", "nodes", "batch_size", "bucket_cap_mb", "mode", "comm", "comm_options",
+           "optimizer")
+
+
 def _of_method(directory: str, method: str, options: dict) -> str:
     """The one trace in ``directory`` recorded with ``method`` and ``options``; one sentence when
     there is none or more than one."""
-    held, found = [], []
+    held, found, jobs = [], [], {}
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if not os.path.isfile(path) or not name.endswith((".json", ".json.gz")):
             continue
         try:
-            job = tracefile.load(path)["job"]
+            trace = tracefile.load(path)
+            job = trace["job"]
         except (UserError, KeyError):
             continue
+        jobs.setdefault(json.dumps([{k: job.get(k) for k in ONE_JOB}, trace.get("recorded", {}).get("device")],
+                                   sort_keys=True), name)
         held.append(job["compressor"] + (":" + ",".join(f"{k}={v}" for k, v in sorted(job["compressor_options"].items()))
                                          if job["compressor_options"] else ""))
         if (job["compressor"], job["compressor_options"]) == (method, options):
             found.append(path)
+    if len(jobs) > 1:
+        raise SpecError(f"{directory} holds traces of different jobs or devices ({', '.join(jobs.values())} differ): a "
+                        "directory stands for one job's traces, one per method; name one file.")
     if len(found) == 1:
         return found[0]
     if found:

@@ -88,9 +88,10 @@ def anywhere(claim_id: str) -> catalog.Claim:
 def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], accuracy: float | None = None,
          samples: int | None = None, tx: int = 1000, payload: int | None = None, run_id: str | None = None,
          repeat: int = 0, seed: int = 0, device: str = "cpu", evals: dict[int, float] | None = None,
-         **settings) -> None:
+         comm_share: float | None = None, **settings) -> None:
     """One finished sweep cell of two ranks with these step times, held-out accuracy (after the
-    last step; ``evals``: step -> accuracy, evaluations before it), bytes sent
+    last step; ``evals``: step -> accuracy, evaluations before it), the share of each step spent
+    communicating (``comm_share``; none recorded by default), bytes sent
     (the interface counters) and payload bytes (gctestbed's accounting; default: the same); run
     with the steps and other settings the claims experiment whose sweep it is gives its cells (the
     judge reads no other), or ``settings``."""
@@ -108,7 +109,8 @@ def cell(results_dir: str, sweep: str, params: dict, step_times: list[float], ac
     rec.start_run(spec, {})
     for step, t in enumerate(step_times):
         for rank in range(2):
-            rec.step(rank, step, step_s=t, compute_s=t / 2, loss=1.0, tx_bytes=tx, payload_bytes=payload or tx)
+            rec.step(rank, step, step_s=t, compute_s=t / 2, loss=1.0, tx_bytes=tx, payload_bytes=payload or tx,
+                     **({"comm_s": t * comm_share} if comm_share is not None else {}))
     rec.node(0, eval_accuracy=accuracy, eval_samples=samples)
     for step, acc in sorted((evals or {}).items()):
         rec.evaluation(step, 1.0, acc, samples)
@@ -563,8 +565,60 @@ def test_a_replay_of_gpu_traces_pushed_to_a_server_is_judged_in_mxnets_regime_on
         json.dump({"format": "gctestbed-trace", "version": 2, "job": job, "recorded": {"device": "cpu"}}, f)
     assert conditions.replayed(f"replay:trace={cpu_trace}") == (("MLP",), ("cpu",))
     assert conditions.replayed("mlp:width=8") is None
+    # a GPU trace whose replay runs some of the job's work on this CPU (the method for real) computed on both
+    impure = conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"],
+                              "workload": ["replay:trace=@h200/evening,compute=sleep,codec=real"]}, "cpu")
+    assert impure.device == "cpu+gpu" and conditions.mismatches(catalog.MXNET_PS, impure, conditions.SPEED)
     assert conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"],
                             "workload": [f"replay:trace={cpu_trace}"]}, "cpu").device == "cpu"
+
+
+def test_a_fast_link_is_judged_where_the_job_is_not_bound_by_it(tmp_path):
+    """c speaks of fast links: a link is fast for a job where its plain step is not mostly
+    communication. Where none's communication takes over half its step (80 % here) the part is out
+    of scope, the reason giving the share and the speedup shown beside it; at 30 % it is judged and
+    agrees (1.0x) or disagrees (2.0x). Planted (the regime not read): the 80 % store disagrees."""
+    for name, share, twobit in (("bound", 0.8, 0.05), ("fast", 0.3, 0.1), ("fast2", 0.3, 0.05)):
+        for method, t in (("none", 0.1), ("twobit", twobit)):
+            ps_cell(tmp_path / name, method, [t] * 8, comm_share=share)
+    bound = judge.judge(anywhere("c"), True, str(tmp_path / "bound"))
+    (part,) = bound["parts"]
+    assert bound["verdict"] == OUT_OF_SCOPE and "communication took 80% of its step" in part["why"], part["why"]
+    assert part["detail"]["measured"]["value"] == pytest.approx(2.0)
+    assert judge.judge(anywhere("c"), True, str(tmp_path / "fast"))["verdict"] == AGREE
+    assert judge.judge(anywhere("c"), True, str(tmp_path / "fast2"))["verdict"] == DISAGREE
+    # a's speed part names no such regime: judged at any share
+    assert catalog.BY_ID["a"].parts[0].regime is None
+
+
+def test_a_speed_leaves_out_the_repeats_the_host_paced(tmp_path, monkeypatch):
+    """A replayed run marked HOST-BOUND measured this host, not the emulated cluster: a speed part
+    leaves its whole repeat out (both methods, so they still pair by seed) and says so. Seed 1's
+    none ran slow (0.5 s) and was paced; the other seeds read 2.0x. Planted (paced runs read): the
+    figure is no longer 2.0x over seeds 0 and 2."""
+    for seed, t in ((0, 0.2), (1, 0.5), (2, 0.2)):
+        ps_cell(tmp_path, "none", [t] * 8, bw="{low}", repeat=seed, seed=seed)
+        ps_cell(tmp_path, "twobit", [0.1] * 8, bw="{low}", repeat=seed, seed=seed)
+    load = cells.load
+    monkeypatch.setattr(cells, "load", lambda d, n: [dataclasses.replace(r, host_bound=(r.seed == 1 and r.method == "none"))
+                                                     for r in load(d, n)])
+    part = judge.judge(anywhere("a"), True, str(tmp_path))["parts"][0]
+    assert part["value"] == pytest.approx(2.0) and part["detail"]["seeds"] == [0, 2], part
+    assert "left out the repeat of seed 1: the host paced 1 of 6 runs" in part["why"], part["why"]
+    rows = [dataclasses.replace(r, host_bound=None) for r in load(str(tmp_path), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True))]
+    assert judge.unpaced(rows) == (rows, "")          # real runs (host_bound None) are never left out
+
+
+def test_a_baseline_a_replayed_experiment_has_no_trace_of_is_not_planned(tmp_path):
+    """--baseline bf16: the replayed experiment's traces hold no bf16 run, so it plans none (its
+    sweep would otherwise fail to build) and c's part has no figure; fp16, which it has, is added."""
+    judge_c(tmp_path, [0.1] * 8, [0.1] * 8)
+    out = judge.judge(anywhere("c"), True, str(tmp_path), baseline="bf16")
+    assert out["verdict"] == INCONCLUSIVE and "no finished run of bf16 over ps" in out["parts"][0]["why"]
+    exp = EXPERIMENTS["mxnet-ps-replay"]
+    assert "fp16" in judge._grid(exp, True, "unused", baseline="fp16").axes["compressor"]
+    assert "bf16" not in judge._grid(exp, True, "unused", baseline="bf16").axes["compressor"]
+    assert len(sweep.plan(judge._grid(exp, True, "unused", baseline="fp16"))) == 18
 
 
 def test_the_utility_study_is_out_of_scope_below_ten_gigabits():

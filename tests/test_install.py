@@ -18,7 +18,8 @@ from helpers import leftovers
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE_DATA = ["gctestbed/native/net/delayline.cpp", "gctestbed/native/bindings.cpp", "gctestbed/native/ops.h",
                 "gctestbed/native/cpu/select.cpp", "gctestbed/native/cuda/select.cu", "gctestbed/docker/Dockerfile.cpu",
-                "gctestbed/docker/Dockerfile.gpu", "gctestbed/topologies/two-racks.toml"]
+                "gctestbed/docker/Dockerfile.gpu", "gctestbed/topologies/two-racks.toml",
+                "gctestbed/traces/h200/evening/mlp-twobit-1gbit.json.gz", "gctestbed/traces/h200/mlp-none-1gbit.json.gz"]
 
 
 @pytest.fixture(scope="module")

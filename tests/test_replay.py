@@ -354,6 +354,12 @@ def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
         shutil.copy(os.path.join(evening, "mlp-none-1gbit.json.gz"), twice / name)
     with pytest.raises(SpecError, match="holds 2 traces of none with these options"):
         flags.build_spec(nodes="2", steps="10", replay=f"{twice},compute=sleep")
+    mixed = tmp_path / "mixed"              # one job's traces only: another model's 2-bit would be compared with this none
+    mixed.mkdir()
+    shutil.copy(os.path.join(evening, "mlp-none-1gbit.json.gz"), mixed)
+    shutil.copy(os.path.join(evening, "..", "cnn-dgc-1gbit.json.gz"), mixed)
+    with pytest.raises(SpecError, match="holds traces of different jobs or devices"):
+        flags.build_spec(nodes="2", steps="10", replay=f"{mixed},compute=sleep")
     # a worker pushes what a ring's trace sent in one round (none, fp16, 2-bit, DGC), not PowerSGD's two rounds
     assert flags.one_round(tracefile.load(two.workload_options["trace"]))
     assert not flags.one_round(tracefile.load(os.path.join(evening, "mlp-powersgd-1gbit.json.gz")))
@@ -395,8 +401,8 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     # ps too (how the claims replay GPU traces in MXNet's arrangement), the server receiving what the real
     # parameter-server run's did; halved, the server's decode stops it
     ring_run = dict(ps, comm="allreduce")
-    kept(**ring_run, compressor="twobit", workload=small, results_dir=str(tmp_path / "ring"))
-    _record(tmp_path / "ring", tmp_path / "ring.json")
+    kept(**ring_run, compressor="twobit", workload=small, results_dir=str(tmp_path / "ring-real"))
+    _record(tmp_path / "ring-real", tmp_path / "ring.json")
     _halved(str(tmp_path / "ring.json"), str(tmp_path / "ring-half.json"))
     kept(**ps, replay=f"{tmp_path / 'ring.json'},codec=recorded", results_dir=str(tmp_path / "pushed"))
     pushed = _server_rx(tmp_path / "pushed")

@@ -90,8 +90,9 @@ def here(axes: dict[str, list[str]], device: str) -> Here:
     from ..spec import parse_duration
     traces = [replayed(w) for w in axes["workload"]]
     ran = {"cpu", "cuda"} if device == "mixed" else {"cuda" if device == "cuda" else "cpu"}
-    # a replay computed on the device its traces were recorded on, whatever ran it here
-    kinds = {d for t in traces for d in (t[1] if t else ran)}
+    # a replay computed on the device its traces were recorded on, whatever ran it here, where it waits every
+    # recorded time (pure); one that runs some of its work here computed on both
+    kinds = {d for w, t in zip(axes["workload"], traces) for d in (t[1] + (() if pure(w) else tuple(ran)) if t else ran)}
     return Here(comms=tuple(v.split(":")[0] for v in axes.get("comm", ["allreduce"])),
                 device="cpu+gpu" if len(kinds) > 1 else {"cuda": "gpu"}.get(kinds.pop(), "cpu"),
                 replayed=bool(traces) and all(traces),
@@ -113,6 +114,14 @@ def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return _recorded(options["trace"])
 
 
+def pure(workload: str) -> bool:
+    """Whether a replay waits every recorded time and runs none of the job's work on this host:
+    compute slept, the codec's and the optimizer's times recorded, no rank training for real."""
+    o = parse_choice(workload, "--workload")[1]
+    return (o.get("compute", "sleep"), o.get("codec", "real"), o.get("optim", "real"), o.get("real", "0")) == (
+        "sleep", "recorded", "recorded", "0")
+
+
 @functools.lru_cache(maxsize=None)
 def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     from .. import tracefile
@@ -125,7 +134,7 @@ def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     for f in files:
         try:
             t = tracefile.load(f)
-        except (UserError, OSError):
+        except (UserError, OSError, KeyError):
             continue
         classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
         devices.append(t["recorded"].get("device", "cpu"))

@@ -89,6 +89,7 @@ class Experiment:
     full: Setup
     note: str = ""
     control: str | None = None      # accuracy experiments: a method that must lose (the positive control)
+    baselines: tuple[str, ...] | None = None    # the --baseline methods it can add (a replay: those it has traces of)
 
     def setup(self, quick: bool) -> Setup:
         return self.quick if quick else self.full
@@ -135,13 +136,15 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         axes={"workload": [H200_FC], "comm": ["ps"], "bw": ["{low}", "{high}"], "compressor": ["none", TWOBIT_H200],
               "nodes": ["2"], "batch_size": ["128"], "latency": ["0"], "mode": ["overlap"]},
         quick=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "10gbit"}, steps=10, repeat=3, dilate="10",
-                    scale="replayed: the FC-heavy mlp (3.2 M parameters, batch 128) as recorded on an H200 (two nodes "
-                          "sharing the GPU, so a node's compute holds some of the other's kernels), 2 workers and one "
-                          "server on this host, links at 1 and 10 Gbit/s dilated x10 (the server's sums, this CPU's, "
-                          "count a tenth), 3 seeds"),
+                    scale="replayed: the FC-heavy mlp (3.2 M parameters, 12.6 MB of gradient in one bucket, batch 128) "
+                          "as recorded on an H200 (about 2 ms from a step's start to its gradient, with two nodes "
+                          "sharing the GPU), 2 workers and one server on this host, links at 1 and 10 Gbit/s dilated "
+                          "x10 (the server's sums, this CPU's, count a tenth), 3 replays of one recording"),
         full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit"}, steps=12, repeat=5, dilate="25",
-                   scale="replayed: the same traces, links at 1 and 25 Gbit/s dilated x25 (the server's sums, this "
-                         "CPU's, count a 25th), 5 seeds")),
+                   scale="replayed: the same traces (a 3.2 M-parameter MLP standing for MXNet's FC-heavy networks), "
+                         "links at 1 and 25 Gbit/s dilated x25 (the server's sums, this CPU's, count a 25th), 5 replays "
+                         "of one recording", toy=True),
+        baselines=("none", "fp16")),          # gctestbed/traces/h200/evening holds no bf16 trace
     Experiment(
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],

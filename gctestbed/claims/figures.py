@@ -46,6 +46,15 @@ def _where(where: dict) -> str:
     return " with " + ", ".join(f"{k}={v}" for k, v in where.items()) if where else ""
 
 
+def comm_share(rows: list[Row], method: str, **where) -> float | None:
+    """The share of ``method``'s step its communication took: median comm_s over median step_s of
+    its runs in that setting; None where none recorded it."""
+    m = [r for r in pick(rows, compressor=method, **where) if r.comm_s is not None and r.step_s]
+    if not m:
+        return None
+    return statistics.median(r.comm_s for r in m) / statistics.median(r.step_s for r in m)
+
+
 def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     """Baseline's median step time over the method's, in the same setting."""
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
@@ -54,6 +63,8 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     tm, tb = [r.step_s for r in m], [r.step_s for r in b]
     value = statistics.median(tb) / statistics.median(tm)
     if paired := paired_ratio(b, m, lambda r: r.step_s):
+        if all(r.replayed_as for r in m + b):       # a seed changes a recorded replay's timing only through this host
+            paired.detail["interval"] += " (replays of one recording: the host's spread, not the recorded job's)"
         return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail,
                                                    "method_step_s": statistics.median(tm),
                                                    "baseline_step_s": statistics.median(tb), **where})

@@ -97,7 +97,17 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
                           "why": "out of scope here, because " + "; ".join(outside), "detail": {}})
             continue
+        left_out = ""
+        if "device" in part.needs:      # a speed: repeats the host paced are its figures, not the emulated cluster's
+            rows, left_out = unpaced(rows)
         m = part.figure(rows, ctx)
+        if left_out:
+            m = dataclasses.replace(m, why=(m.why + "; " if m.why else "") + left_out)
+        if part.regime and (beyond := part.regime(rows, ctx)):
+            parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
+                          "why": "out of scope here, because " + beyond, "out_of_scope": [beyond],
+                          "detail": {**m.detail, "measured": {"value": m.value, "low": m.low, "high": m.high}}})
+            continue
         verdict, why = part.region.judge(m), m.why
         if m.value is None:
             why += read.note(name)
@@ -123,6 +133,19 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "run_s": {name: sum(x.run_s or 0.0 for x in r.rows) for name, r in read_of.items()},
             "cells_stale": {name: len(r.stale) for name, r in read_of.items()},
             "cells_unplanned": {name: len(r.unplanned) for name, r in read_of.items()}, "judged_at": time.time()}
+
+
+def unpaced(rows: list[cells.Row]) -> tuple[list[cells.Row], str]:
+    """The rows of the repeats the host paced none of (a replay marked HOST-BOUND: its step was this
+    host's, not the emulated cluster's), whole repeats left out so the methods still pair by seed;
+    and what was left out, in words ("" when nothing was)."""
+    seeds = sorted({r.seed for r in rows if r.host_bound})
+    if not seeds:
+        return rows, ""
+    kept = [r for r in rows if r.seed not in seeds]
+    n = sum(1 for r in rows if r.host_bound)
+    return kept, (f"left out the repeat{'s' if len(seeds) > 1 else ''} of seed{'s' if len(seeds) > 1 else ''} "
+                  f"{', '.join(map(str, seeds))}: the host paced {n} of {len(rows)} runs (HOST-BOUND)")
 
 
 def still_moving(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:
@@ -225,7 +248,7 @@ def _grid(exp, quick: bool, results_dir: str, repeat: int | None = None, baselin
     """The experiment's sweep as ``run`` makes it: the baseline's cells beside the methods' (when
     it is not one of them), and a --repeat run's count."""
     grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
-    if baseline not in grid.axes["compressor"]:
+    if baseline not in grid.axes["compressor"] and (exp.baselines is None or baseline in exp.baselines):
         grid.axes["compressor"].append(baseline)
     if repeat is not None:
         grid.repeat = repeat
