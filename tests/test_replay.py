@@ -327,6 +327,34 @@ def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, 
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
 
 
+def _server_sum(results_dir) -> float:
+    """The parameter server's summing time per step as stored (host seconds), median after step 1."""
+    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
+    try:
+        return statistics.median(r for (r,) in conn.execute("SELECT sum_s FROM server_steps WHERE step>=2"))
+    finally:
+        conn.close()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_dilated_parameter_server_sums_at_this_hosts_speed(tmp_path, kept):
+    """Dilated by K, a replay's recorded times take K times as long; a parameter server's sums are
+    this host's own work, so they must too, or the emulated server would sum K times faster than
+    this host can (as a method's codec run for real would encode: refused under --dilate). A
+    replay at K = 4 stores about 4 times the undilated replay's summing time (its emulated time the
+    same: within 0.6 to 1.6 here). Planted (not stretched): about a quarter, fails."""
+    ps = dict(nodes="2", bw="1gbit", steps="6", comm="ps")
+    small = "mlp:width=512,depth=2,input_dim=256"
+    kept(**ps, compressor="twobit", workload=small, results_dir=str(tmp_path / "real"))
+    _record(tmp_path / "real", tmp_path / "t.json")
+    kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded,optim=recorded", results_dir=str(tmp_path / "k1"))
+    kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded,optim=recorded", dilate="4",
+         results_dir=str(tmp_path / "k4"))
+    undilated, dilated = _server_sum(tmp_path / "k1"), _server_sum(tmp_path / "k4")
+    assert 0.6 < dilated / 4 / undilated < 1.6, (dilated, undilated)
+
+
 def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
     """A sweep over methods replays each method's own trace of one model: trace=DIR takes, per run,
     the one trace in DIR recorded with the run's method and options (here the GPU traces shipped

@@ -16,6 +16,7 @@ figure, with no spread to show.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 from typing import Callable
@@ -46,15 +47,6 @@ def _where(where: dict) -> str:
     return " with " + ", ".join(f"{k}={v}" for k, v in where.items()) if where else ""
 
 
-def comm_share(rows: list[Row], method: str, **where) -> float | None:
-    """The share of ``method``'s step its communication took: median comm_s over median step_s of
-    its runs in that setting; None where none recorded it."""
-    m = [r for r in pick(rows, compressor=method, **where) if r.comm_s is not None and r.step_s]
-    if not m:
-        return None
-    return statistics.median(r.comm_s for r in m) / statistics.median(r.step_s for r in m)
-
-
 def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     """Baseline's median step time over the method's, in the same setting."""
     m, b = pick(rows, compressor=method, **where), pick(rows, compressor=baseline, **where)
@@ -63,7 +55,7 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     tm, tb = [r.step_s for r in m], [r.step_s for r in b]
     value = statistics.median(tb) / statistics.median(tm)
     if paired := paired_ratio(b, m, lambda r: r.step_s):
-        if all(r.replayed_as for r in m + b):       # a seed changes a recorded replay's timing only through this host
+        if all(_recorded_only(r) for r in m + b):       # a seed changes such a replay's timing only through this host
             paired.detail["interval"] += " (replays of one recording: the host's spread, not the recorded job's)"
         return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail,
                                                    "method_step_s": statistics.median(tm),
@@ -75,6 +67,14 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         low, high, how = bl / mh, bh / ml, "interquartile step times of one run each"
     return Measure(value, low, high, detail={"method": method, "baseline": baseline, "method_step_s": statistics.median(tm),
                                              "baseline_step_s": statistics.median(tb), "interval": how, **where})
+
+
+def _recorded_only(r: Row) -> bool:
+    """A replay that waits every recorded time and runs none of the job here (conditions.pure)."""
+    if not r.replayed_as:
+        return False
+    o = json.loads(r.replayed_as)
+    return (o.get("compute"), o.get("codec"), o.get("optim"), o.get("real", 0)) == ("sleep", "recorded", "recorded", 0)
 
 
 def paired_ratio(num: list[Row], den: list[Row], value: Callable[[Row], float]) -> Measure | None:

@@ -97,17 +97,17 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
                           "why": "out of scope here, because " + "; ".join(outside), "detail": {}})
             continue
+        if exp.baselines is not None and baseline not in exp.baselines and "device" in part.needs:
+            parts.append({**entry, "value": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
+                          "why": f"{part.experiment} replays traces and holds none of {baseline} to compare against",
+                          "detail": {}})
+            continue
         left_out = ""
         if "device" in part.needs:      # a speed: repeats the host paced are its figures, not the emulated cluster's
             rows, left_out = unpaced(rows)
         m = part.figure(rows, ctx)
         if left_out:
             m = dataclasses.replace(m, why=(m.why + "; " if m.why else "") + left_out)
-        if part.regime and (beyond := part.regime(rows, ctx)):
-            parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
-                          "why": "out of scope here, because " + beyond, "out_of_scope": [beyond],
-                          "detail": {**m.detail, "measured": {"value": m.value, "low": m.low, "high": m.high}}})
-            continue
         verdict, why = part.region.judge(m), m.why
         if m.value is None:
             why += read.note(name)
@@ -136,16 +136,19 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
 
 
 def unpaced(rows: list[cells.Row]) -> tuple[list[cells.Row], str]:
-    """The rows of the repeats the host paced none of (a replay marked HOST-BOUND: its step was this
-    host's, not the emulated cluster's), whole repeats left out so the methods still pair by seed;
-    and what was left out, in words ("" when nothing was)."""
-    seeds = sorted({r.seed for r in rows if r.host_bound})
-    if not seeds:
+    """The rows the host paced none of (a replay marked HOST-BOUND: its step was this host's, not the
+    emulated cluster's): a paced run's seed is left out of its setting for every method, so the
+    methods still pair by seed there; and what was left out, in words ("" when nothing was)."""
+    def setting(r: cells.Row) -> tuple:
+        return (r.seed, r.bw_bps, r.latency_s, r.nodes, r.batch_size, r.mode)
+    paced = {setting(r) for r in rows if r.host_bound}
+    if not paced:
         return rows, ""
-    kept = [r for r in rows if r.seed not in seeds]
     n = sum(1 for r in rows if r.host_bound)
-    return kept, (f"left out the repeat{'s' if len(seeds) > 1 else ''} of seed{'s' if len(seeds) > 1 else ''} "
-                  f"{', '.join(map(str, seeds))}: the host paced {n} of {len(rows)} runs (HOST-BOUND)")
+    seeds = sorted({s[0] for s in paced})
+    return [r for r in rows if setting(r) not in paced], (
+        f"left out seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} where the host paced a run "
+        f"({n} of {len(rows)} runs HOST-BOUND)")
 
 
 def still_moving(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:

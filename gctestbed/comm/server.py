@@ -7,7 +7,8 @@ reduce part and every worker's gather part, as an all-reduce and an all-gather w
 them), and sends every worker the same answer: the dense sum, or the sum encoded again by a copy
 of the method with no error feedback (``pull=compressed``). It keeps no model: the first message
 of each layout names its parameters' shapes. Each step's times, messages and bytes, and the
-server's interface counters over the step, go to the store.
+server's interface counters over the step, go to the store. Under --dilate K its sums take K times
+their time on this host (slept), as everything a dilated run replays does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..compress import hook
 from ..compress.base import Bucket
 from ..results import Recorder
 from ..spec import RunSpec
-from ..timing import now
+from ..timing import Waiter, now
 from . import wire
 
 
@@ -32,6 +33,7 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
     method = compress.for_run(spec, feedback=False)
     layouts: dict[int, tuple[list, list]] = {}
     current, stats = None, None
+    stretch = Waiter(spin=False)
     tx0, rx0 = counters()
 
     def flush() -> None:
@@ -69,6 +71,9 @@ def serve(spec: RunSpec, rank: int, recorder: Recorder, counters: Callable[[], t
         else:
             reply = wire.Message(step, layout, [total.to(torch.float32)])
         t2 = now()
+        if spec.dilate > 1:         # dilated: the sum is this host's work, so it takes K times as long, as every
+            stretch.wait((spec.dilate - 1) * (t2 - t1))     # replayed time does: the emulated server sums at this
+            t2 = now()                                       # host's speed, not K times faster
         works, pulled = wire.send(reply, workers)
         for work in works:
             work.wait()
