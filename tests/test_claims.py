@@ -594,7 +594,7 @@ def test_a_speed_leaves_out_the_repeats_the_host_paced(tmp_path, monkeypatch):
         r, host_bound=(r.seed == 1 and r.method == "none" and r.bw_bps == low)) for r in load(d, n)])
     part = judge.judge(anywhere("a"), True, str(tmp_path))["parts"][0]
     assert part["value"] == pytest.approx(2.0) and part["detail"]["seeds"] == [0, 2], part
-    assert "left out seed 1 where the host paced a run (1 of 12 runs HOST-BOUND)" in part["why"], part["why"]
+    assert "left out, where the host paced a run (1 of 12 runs HOST-BOUND): seed 1 at 1gbit" in part["why"], part["why"]
     high = judge.judge(anywhere("c"), True, str(tmp_path))["parts"][1]       # the high rate: seed 1 kept
     assert high["detail"]["seeds"] == [0, 1, 2], high
     rows = [dataclasses.replace(r, host_bound=None) for r in load(str(tmp_path), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True))]

@@ -144,11 +144,11 @@ def unpaced(rows: list[cells.Row]) -> tuple[list[cells.Row], str]:
     paced = {setting(r) for r in rows if r.host_bound}
     if not paced:
         return rows, ""
+    from ..spec import format_rate
     n = sum(1 for r in rows if r.host_bound)
-    seeds = sorted({s[0] for s in paced})
+    where = ", ".join(f"seed {s[0]} at {format_rate(s[1])}" for s in sorted(paced))
     return [r for r in rows if setting(r) not in paced], (
-        f"left out seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} where the host paced a run "
-        f"({n} of {len(rows)} runs HOST-BOUND)")
+        f"left out, where the host paced a run ({n} of {len(rows)} runs HOST-BOUND): {where}")
 
 
 def still_moving(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:
