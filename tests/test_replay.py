@@ -327,15 +327,6 @@ def test_a_mixed_run_of_a_model_with_buffers_starts_and_stays_in_step(tmp_path, 
     assert digests[0] == digests[1] and digests[0] and all(v > 0 for v in losses[0])
 
 
-def _server_sum(results_dir) -> float:
-    """The parameter server's summing time per step as stored (host seconds), median after step 1."""
-    conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
-    try:
-        return statistics.median(r for (r,) in conn.execute("SELECT sum_s FROM server_steps WHERE step>=2"))
-    finally:
-        conn.close()
-
-
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_dilated_parameter_server_sums_at_this_hosts_speed(tmp_path, kept):
@@ -351,7 +342,7 @@ def test_a_dilated_parameter_server_sums_at_this_hosts_speed(tmp_path, kept):
     kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded,optim=recorded", results_dir=str(tmp_path / "k1"))
     kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded,optim=recorded", dilate="4",
          results_dir=str(tmp_path / "k4"))
-    undilated, dilated = _server_sum(tmp_path / "k1"), _server_sum(tmp_path / "k4")
+    undilated, dilated = _server(tmp_path / "k1", "sum_s"), _server(tmp_path / "k4", "sum_s")
     assert 0.6 < dilated / 4 / undilated < 1.6, (dilated, undilated)
 
 
@@ -395,11 +386,12 @@ def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
     assert (pushed.comm, pushed.comm_options["servers"], pushed.comm_options["pull"]) == ("ps", 1, "dense")
 
 
-def _server_rx(results_dir) -> float:
-    """The parameter server's interface bytes received per step (its eth0 counters), median after step 1."""
+def _server(results_dir, column: str = "rx_bytes") -> float:
+    """A column of the parameter server's steps as stored, median after step 1: ``rx_bytes``, its
+    interface's bytes received (its eth0 counters), or ``sum_s``, its summing time (host seconds)."""
     conn = sqlite3.connect(results_dir / "gctestbed.sqlite")
     try:
-        return statistics.median(r for (r,) in conn.execute("SELECT rx_bytes FROM server_steps WHERE step>=2"))
+        return statistics.median(r for (r,) in conn.execute(f"SELECT {column} FROM server_steps WHERE step>=2"))
     finally:
         conn.close()
 
@@ -421,7 +413,7 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     assert trace.untraceable(flags.build_spec(**ps, compressor="twobit", workload=small)) is None
     _halved(str(tmp_path / "t.json"), str(tmp_path / "half.json"))
     kept(**ps, replay=f"{tmp_path / 't.json'},codec=recorded", results_dir=str(tmp_path / "t"))
-    real, replayed = _server_rx(tmp_path / "real"), _server_rx(tmp_path / "t")
+    real, replayed = _server(tmp_path / "real"), _server(tmp_path / "t")
     assert abs(replayed / real - 1) < 0.01, (replayed, real)
     with pytest.raises(AssertionError, match="fewer than the"):          # the planted bug: the run fails
         kept(**ps, replay=f"{tmp_path / 'half.json'},codec=recorded", results_dir=str(tmp_path / "half"))
@@ -433,7 +425,7 @@ def test_a_replay_over_parameter_servers_pushes_the_recorded_payloads(tmp_path, 
     _record(tmp_path / "ring-real", tmp_path / "ring.json")
     _halved(str(tmp_path / "ring.json"), str(tmp_path / "ring-half.json"))
     kept(**ps, replay=f"{tmp_path / 'ring.json'},codec=recorded", results_dir=str(tmp_path / "pushed"))
-    pushed = _server_rx(tmp_path / "pushed")
+    pushed = _server(tmp_path / "pushed")
     assert abs(pushed / real - 1) < 0.01, (pushed, real)
     with pytest.raises(AssertionError, match="fewer than the"):
         kept(**ps, replay=f"{tmp_path / 'ring-half.json'},codec=recorded", results_dir=str(tmp_path / "ring-half"))

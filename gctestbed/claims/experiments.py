@@ -139,11 +139,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                     scale="replayed: the FC-heavy mlp (3.2 M parameters, 12.6 MB of gradient in one bucket, batch 128) "
                           "as recorded on an H200 (about 2 ms from a step's start to its gradient, with two nodes "
                           "sharing the GPU), 2 workers and one server on this host, links at 1 and 10 Gbit/s dilated "
-                          "x10 (the server's sums, this CPU's, count a tenth), 3 replays of one recording"),
+                          "x10 (the server summing at this CPU's speed), 3 replays of one recording"),
         full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit"}, steps=12, repeat=5, dilate="25",
                    scale="replayed: the same traces (a 3.2 M-parameter MLP standing for MXNet's FC-heavy networks), "
-                         "links at 1 and 25 Gbit/s dilated x25 (the server's sums, this CPU's, count a 25th), 5 replays "
-                         "of one recording", toy=True),
+                         "links at 1 and 25 Gbit/s dilated x25 (the server summing at this CPU's speed), 5 replays of one "
+                         "recording", toy=True),
         baselines=("none", "fp16")),          # gctestbed/traces/h200/evening holds no bf16 trace
     Experiment(
         "accuracy-sgd",
