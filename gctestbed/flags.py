@@ -105,23 +105,13 @@ def replay_workload(text: str) -> str:
     return f"replay:{text}" if text.startswith("trace=") else f"replay:trace={text}"
 
 
-SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces")
-
-
-def trace_path(text: str) -> str:
-    """A replay's ``trace=`` as an absolute path: ``@NAME`` is NAME under the traces shipped with
-    gctestbed (``gctestbed/traces``: the GPU traces, which a claim's replayed experiment names the
-    same way wherever gctestbed is installed), anything else a path as typed."""
-    return os.path.join(SHIPPED, text[1:]) if text.startswith("@") else os.path.abspath(text)
-
-
 def _trace(options: dict, method: str = "", method_options: dict | None = None) -> dict:
     """The replay's trace, read and checked (options["trace"] made the absolute path of one file:
     nodes read it from anywhere); one sentence when it cannot be replayed. A directory stands for
     its trace recorded with the run's method (``method``, its options resolved), so a sweep over
     methods replays each method's own trace of one model (``sweep --record-traces DIR`` writes one
     per method)."""
-    path = trace_path(options["trace"])
+    path = tracefile.path_of(options["trace"])
     if os.path.isdir(path):
         path = _of_method(path, method, method_options or {})
     try:

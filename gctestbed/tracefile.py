@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from .spec import UserError
 
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces")
 FORMAT = "gctestbed-trace"
 VERSION = 2            # 2: layouts per rank (1 held rank 0's alone)
 
@@ -23,6 +24,13 @@ def buffer_layout(named_buffers: Iterable[tuple[str, Any]], leave_out: Iterable[
     so never sends): one list for what a worker records and what a trace is rebuilt from."""
     skip = set(leave_out)
     return [[name, list(b.shape), str(b.dtype).removeprefix("torch.")] for name, b in named_buffers if name not in skip]
+
+
+def path_of(text: str) -> str:
+    """A replay's ``trace=`` as an absolute path: ``@NAME`` is NAME under the traces shipped with
+    gctestbed (``gctestbed/traces``: the GPU traces, which a claim's replayed experiment names the
+    same way wherever gctestbed is installed), anything else a path as typed."""
+    return os.path.join(SHIPPED, text[1:]) if text.startswith("@") else os.path.abspath(text)
 
 
 def save(trace: dict[str, Any], path: str) -> None:

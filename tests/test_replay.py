@@ -357,7 +357,7 @@ def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
     import gctestbed as package
     from gctestbed import tracefile
     evening = os.path.join(os.path.dirname(package.__file__), "traces", "h200", "evening")
-    assert flags.trace_path("@h200/evening") == evening
+    assert tracefile.path_of("@h200/evening") == evening
     replay = "@h200/evening,compute=sleep,codec=recorded"
     none = flags.build_spec(nodes="2", steps="10", replay=replay)
     two = flags.build_spec(nodes="2", steps="10", compressor="twobit:threshold=0.001", replay=replay)

@@ -111,26 +111,42 @@ def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     options = parse_choice(workload, "--workload")[1]
     if "trace" not in options:
         return None
-    return _recorded(options["trace"])
+    recorded = _recorded(options["trace"])
+    return recorded[:2] if recorded else None
 
 
 def pure(workload: str) -> bool:
     """Whether a replay waits every recorded time and runs none of the job's work on this host:
     compute slept, the codec's and the optimizer's times recorded, no rank training for real."""
-    o = parse_choice(workload, "--workload")[1]
-    return (o.get("compute", "sleep"), o.get("codec", "real"), o.get("optim", "real"), o.get("real", "0")) == (
-        "sleep", "recorded", "recorded", "0")
+    return waits_recorded(parse_choice(workload, "--workload")[1])
+
+
+def waits_recorded(options: dict) -> bool:
+    """``pure`` on a replay's options, as typed or as a stored run keeps them (Row.replayed_as),
+    each at ReplayOptions' default where left out."""
+    o = {k: str(options.get(k, default)) for k, default in
+         (("compute", "sleep"), ("codec", "real"), ("optim", "real"), ("real", 0))}
+    return (o["compute"], o["codec"], o["optim"], o["real"]) == ("sleep", "recorded", "recorded", "0")
+
+
+def replay_methods(workload: str) -> tuple[str, ...] | None:
+    """The methods a replay's traces were recorded with (a directory: one per trace), or None for a
+    workload that is not a replay: what a sweep of it can compare against."""
+    if not workload.startswith("replay:"):
+        return None
+    options = parse_choice(workload, "--workload")[1]
+    return _recorded(options["trace"])[2] if "trace" in options and _recorded(options["trace"]) else ()
 
 
 @functools.lru_cache(maxsize=None)
-def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
+    """A trace's (or a directory's traces') model classes, devices and methods, read once."""
     from .. import tracefile
-    from ..flags import trace_path
     from ..spec import UserError
-    path = trace_path(trace)
+    path = tracefile.path_of(trace)
     files = ([os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith((".json", ".json.gz"))]
              if os.path.isdir(path) else [path])
-    classes, devices = [], []
+    classes, devices, methods = [], [], []
     for f in files:
         try:
             t = tracefile.load(f)
@@ -138,7 +154,9 @@ def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
             continue
         classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
         devices.append(t["recorded"].get("device", "cpu"))
-    return (tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices))) if classes else None
+        methods.append(t["job"].get("compressor"))
+    return ((tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices)), tuple(m for m in dict.fromkeys(methods) if m))
+            if classes else None)
 
 
 def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]:

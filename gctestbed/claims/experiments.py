@@ -89,7 +89,6 @@ class Experiment:
     full: Setup
     note: str = ""
     control: str | None = None      # accuracy experiments: a method that must lose (the positive control)
-    baselines: tuple[str, ...] | None = None    # the --baseline methods it can add (a replay: those it has traces of)
 
     def setup(self, quick: bool) -> Setup:
         return self.quick if quick else self.full
@@ -143,8 +142,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit"}, steps=12, repeat=5, dilate="25",
                    scale="replayed: the same traces (a 3.2 M-parameter MLP standing for MXNet's FC-heavy networks), "
                          "links at 1 and 25 Gbit/s dilated x25 (the server summing at this CPU's speed), 5 replays of one "
-                         "recording", toy=True),
-        baselines=("none", "fp16")),          # gctestbed/traces/h200/evening holds no bf16 trace
+                         "recording", toy=True)),
     Experiment(
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],

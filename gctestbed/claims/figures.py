@@ -71,10 +71,8 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
 
 def _recorded_only(r: Row) -> bool:
     """A replay that waits every recorded time and runs none of the job here (conditions.pure)."""
-    if not r.replayed_as:
-        return False
-    o = json.loads(r.replayed_as)
-    return (o.get("compute"), o.get("codec"), o.get("optim"), o.get("real", 0)) == ("sleep", "recorded", "recorded", 0)
+    from .conditions import waits_recorded
+    return bool(r.replayed_as) and waits_recorded(json.loads(r.replayed_as))
 
 
 def paired_ratio(num: list[Row], den: list[Row], value: Callable[[Row], float]) -> Measure | None:

@@ -97,7 +97,7 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
                           "why": "out of scope here, because " + "; ".join(outside), "detail": {}})
             continue
-        if exp.baselines is not None and baseline not in exp.baselines and "device" in part.needs:
+        if not _can_compare(exp, quick, baseline) and "device" in part.needs:
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
                           "why": f"{part.experiment} replays traces and holds none of {baseline} to compare against",
                           "detail": {}})
@@ -246,12 +246,19 @@ def _sweep(exp, quick: bool, repeat: int | None) -> str:
     return exp.sweep_name(quick) + (f"-r{repeat}" if repeat is not None else "")
 
 
+def _can_compare(exp, quick: bool, baseline: str) -> bool:
+    """Whether the experiment can run ``baseline``: any method, unless its workloads are replays,
+    whose traces must hold one recorded with it (a directory of one job's, one per method)."""
+    held = [conditions.replay_methods(exp.fill(quick, w)) for w in exp.axes["workload"]]
+    return all(m is None or baseline in m for m in held)
+
+
 def _grid(exp, quick: bool, results_dir: str, repeat: int | None = None, baseline: str = "none",
           launcher: str = "netns", device: str = "cpu") -> sweep.Grid:
     """The experiment's sweep as ``run`` makes it: the baseline's cells beside the methods' (when
     it is not one of them), and a --repeat run's count."""
     grid = exp.grid(quick, results_dir=results_dir, launcher=launcher, accept_miss=True, device=device)
-    if baseline not in grid.axes["compressor"] and (exp.baselines is None or baseline in exp.baselines):
+    if baseline not in grid.axes["compressor"] and _can_compare(exp, quick, baseline):
         grid.axes["compressor"].append(baseline)
     if repeat is not None:
         grid.repeat = repeat
