@@ -136,20 +136,13 @@ def _of_method(directory: str, method: str, options: dict) -> str:
     """The one trace in ``directory`` recorded with ``method`` and ``options``; one sentence when
     there is none or more than one."""
     held, found, jobs = [], [], {}
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path) or not name.endswith((".json", ".json.gz")):
-            continue
-        try:
-            trace = tracefile.load(path)
-            job = trace["job"]
-        except (UserError, KeyError):
-            continue
+    for path, trace in tracefile.in_dir(directory):
+        job = trace["job"]
         jobs.setdefault(json.dumps([{k: job.get(k) for k in ONE_JOB}, trace.get("recorded", {}).get("device")],
-                                   sort_keys=True), name)
-        held.append(job["compressor"] + (":" + ",".join(f"{k}={v}" for k, v in sorted(job["compressor_options"].items()))
-                                         if job["compressor_options"] else ""))
-        if (job["compressor"], job["compressor_options"]) == (method, options):
+                                   sort_keys=True), os.path.basename(path))
+        recorded = job.get("compressor_options") or {}
+        held.append(job["compressor"] + (":" + ",".join(f"{k}={v}" for k, v in sorted(recorded.items())) if recorded else ""))
+        if (job["compressor"], recorded) == (method, options):
             found.append(path)
     if len(jobs) > 1:
         raise SpecError(f"{directory} holds traces of different jobs or devices ({', '.join(jobs.values())} differ): a "

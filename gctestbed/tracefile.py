@@ -33,6 +33,28 @@ def path_of(text: str) -> str:
     return os.path.join(SHIPPED, text[1:]) if text.startswith("@") else os.path.abspath(text)
 
 
+def in_dir(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """(file, trace) for each trace directly in directory ``path``, by name (a file that is not a
+    trace of this version is passed over): a directory of traces stands for one job's, one per
+    method. Read once per directory as it stands (its files' names and times)."""
+    names = sorted(f for f in os.listdir(path) if f.endswith((".json", ".json.gz")) and os.path.isfile(os.path.join(path, f)))
+    stamp = tuple((f, os.stat(os.path.join(path, f)).st_mtime_ns) for f in names)
+    if _DIRS.get(path, (None,))[0] != stamp:
+        found = []
+        for f in names:
+            try:
+                trace = load(os.path.join(path, f))
+            except (UserError, OSError):
+                continue
+            if isinstance(trace.get("job"), dict) and {"workload", "compressor"} <= trace["job"].keys():
+                found.append((os.path.join(path, f), trace))
+        _DIRS[path] = (stamp, found)
+    return _DIRS[path][1]
+
+
+_DIRS: dict[str, tuple[tuple, list]] = {}
+
+
 def save(trace: dict[str, Any], path: str) -> None:
     """Write ``trace`` to ``path``; a name ending in .gz is gzip-compressed. One UserError when it
     cannot be written."""

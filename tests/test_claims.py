@@ -169,30 +169,55 @@ def params_of(experiment: str, quick: bool = True, **values) -> dict:
 PUSHED = {"none": "none", "fp16": "fp16", "twobit": X.TWOBIT_H200}
 
 
-def ps_cell(results_dir, method: str, step_times: list[float], bw: str = "{high}", **kw) -> None:
+def ps_cell(results_dir, method: str, step_times: list[float], bw: str = "{high}", latency: str = "0", **kw) -> None:
     """One finished cell of the replayed parameter-server experiment (claims a and c): ``method``
     (none, fp16, twobit) pushed to one server, replayed from its trace with its own payloads."""
-    params = params_of("mxnet-ps-replay", bw=bw, compressor=PUSHED[method])
+    params = params_of("mxnet-ps-replay", bw=bw, latency=latency, compressor=PUSHED[method])
     cell(str(results_dir), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True), params, step_times, **kw)
 
 
-def judge_c(tmp_path, none_times, twobit_times) -> dict:
-    """Claim c (2-bit helps little on a low-latency network: speedup at most 1.2, at both of the
-    experiment's rates) on a made-up store, the same times at both."""
+def judge_c(tmp_path, none_times, twobit_times, none_late=None, twobit_late=None, seeds=(0, 1)) -> dict:
+    """Claim c (2-bit helps little with no latency added: speedup at most 1.2; added latency makes it
+    help more: its speedup with the latency over without at least 1, at both of the experiment's
+    rates) on a made-up store, the same times at both rates and for every seed (paired repeats
+    that agree: zero-wide intervals); with the latency added, the times ``*_late`` (default: as
+    without)."""
+    late = {"none": none_late or none_times, "twobit": twobit_late or twobit_times}
     for method, times in (("none", none_times), ("twobit", twobit_times)):
         for bw in ("{low}", "{high}"):
-            ps_cell(tmp_path, method, times, bw=bw)
+            for seed in seeds:
+                ps_cell(tmp_path, method, times, bw=bw, repeat=seed, seed=seed)
+                ps_cell(tmp_path, method, late[method], bw=bw, latency="{lat}", repeat=seed, seed=seed)
     return judge.judge(anywhere("c"), True, str(tmp_path))
 
 
 def test_a_speed_claim_agrees_disagrees_or_is_inconclusive_by_its_step_times(tmp_path):
     steady = [0.1] * 12
-    assert judge_c(tmp_path / "same", steady, steady)["verdict"] == AGREE                  # 1.0x: little benefit
+    # 1.0x with no latency added (little benefit), 2.0x with it (latency makes it pay)
+    assert judge_c(tmp_path / "same", steady, steady, [0.2] * 12, steady)["verdict"] == AGREE
     assert judge_c(tmp_path / "twice", steady, [0.05] * 12)["verdict"] == DISAGREE         # 2.0x: a clear benefit
-    noisy = judge_c(tmp_path / "noisy", [0.10, 0.14] * 6, [0.09, 0.11] * 6)                # median 1.2x, IQR straddles
+    # 1.1x with no latency (little), 1.0x with it: latency takes the benefit away
+    less = judge_c(tmp_path / "less", [0.11] * 12, steady, steady, steady)
+    assert less["verdict"] == DISAGREE and [p["verdict"] for p in less["parts"]] == [AGREE, DISAGREE, DISAGREE]
+    assert less["parts"][1]["value"] == pytest.approx(1 / 1.1)
+    # one run a side (seed 0): median 1.2x, the interquartile range of its steps straddling 1.2
+    noisy = judge_c(tmp_path / "noisy", [0.10, 0.14] * 6, [0.09, 0.11] * 6, [0.2] * 12, steady, seeds=(0,))
     assert noisy["verdict"] == INCONCLUSIVE
     part = noisy["parts"][0]
     assert part["low"] < 1.2 < part["high"] and "interquartile" in part["detail"]["interval"]
+
+
+def test_a_speed_of_one_run_a_side_is_inconclusive_where_repeats_were_planned(tmp_path):
+    """The replayed experiment plans 3 repeats. One run a side reading a clear 2.0x (its steps'
+    interquartile range clear of 1.2) is not judged on the spread inside those runs: inconclusive,
+    saying so; two seeds a side read the same times disagree. Planted (judge.unpaired skipped):
+    the first reads disagree."""
+    steady = [0.1] * 12
+    one = judge_c(tmp_path / "one", steady, [0.05] * 12, seeds=(0,))["parts"][0]
+    assert one["verdict"] == INCONCLUSIVE and one["value"] == pytest.approx(2.0), one
+    assert "3 repeats were planned and fewer than two runs a side are read" in one["why"] and "would read disagree" in one["why"]
+    two = judge_c(tmp_path / "two", steady, [0.05] * 12)["parts"][0]
+    assert two["verdict"] == DISAGREE and two["detail"]["n"] == 2, two
 
 
 def judge_d(tmp_path, none_acc, twobit_acc, samples, control_acc=0.5) -> dict:
@@ -427,7 +452,7 @@ def test_only_a_figure_that_read_bytes_is_judged_again_on_the_payloads(tmp_path,
         ps_cell(tmp_path / "c", method, [0.1] * 12)
     calls = []
     c = judge.judge(_counting(anywhere("c"), calls), True, str(tmp_path / "c"))
-    assert calls == ["wire", "wire"] and "payload_count" not in c["parts"][1]["detail"], (calls, c["parts"][1])
+    assert calls == ["wire"] * 3 and "payload_count" not in c["parts"][0]["detail"], (calls, c["parts"][0])
     judge_g(tmp_path / "g", [12_000, 12_000], dgc_payload=11_000)
     calls.clear()
     g = judge.judge(_counting(anywhere("g"), calls), True, str(tmp_path / "g"))
@@ -567,6 +592,12 @@ def test_a_replay_of_gpu_traces_pushed_to_a_server_is_judged_in_mxnets_regime_on
         json.dump({"format": "gctestbed-trace", "version": 2, "job": job, "recorded": {"device": "cpu"}}, f)
     assert conditions.replayed(f"replay:trace={cpu_trace}") == (("MLP",), ("cpu",))
     assert conditions.replayed("mlp:width=8") is None
+    # a trace that cannot be read here: its device and model are not known, and the reason says so (planted:
+    # the host's CPU taken for the replay's device, "here on CPUs")
+    gone = conditions.here({"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"], "comm": ["ps"],
+                            "workload": [f"replay:trace={tmp_path / 'gone'},compute=sleep"]}, "cpu")
+    why = conditions.mismatches(catalog.MXNET_PS, gone, conditions.SPEED)
+    assert len(why) == 1 and "cannot be read here" in why[0] and "CPUs" not in why[0], why
     # a GPU trace whose replay runs some of the job's work on this CPU (the method for real) computed on both
     axes = {"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"], "comm": ["ps"]}
     impure = conditions.here({**axes, "workload": ["replay:trace=@h200/evening,compute=sleep,codec=real"]}, "cpu")
@@ -595,7 +626,7 @@ def test_a_speed_leaves_out_the_repeats_the_host_paced(tmp_path, monkeypatch):
     part = judge.judge(anywhere("a"), True, str(tmp_path))["parts"][0]
     assert part["value"] == pytest.approx(2.0) and part["detail"]["seeds"] == [0, 2], part
     assert "left out, where the host paced a run (1 of 12 runs HOST-BOUND): seed 1 at 1gbit" in part["why"], part["why"]
-    high = judge.judge(anywhere("c"), True, str(tmp_path))["parts"][1]       # the high rate: seed 1 kept
+    high = judge.judge(anywhere("c"), True, str(tmp_path))["parts"][0]       # the high rate: seed 1 kept
     assert high["detail"]["seeds"] == [0, 1, 2], high
     rows = [dataclasses.replace(r, host_bound=None) for r in load(str(tmp_path), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True))]
     assert judge.unpaced(rows) == (rows, "")          # real runs (host_bound None) are never left out
@@ -610,7 +641,7 @@ def test_a_baseline_a_replayed_experiment_has_no_trace_of_is_not_planned(tmp_pat
     exp = EXPERIMENTS["mxnet-ps-replay"]
     assert "fp16" in judge._grid(exp, True, "unused", baseline="fp16").axes["compressor"]
     assert "bf16" not in judge._grid(exp, True, "unused", baseline="bf16").axes["compressor"]
-    assert len(sweep.plan(judge._grid(exp, True, "unused", baseline="fp16"))) == 18
+    assert len(sweep.plan(judge._grid(exp, True, "unused", baseline="fp16"))) == 3 * 2 * 2 * 3   # methods, rates, latencies, seeds
 
 
 def test_the_utility_study_is_out_of_scope_below_ten_gigabits():
@@ -686,11 +717,13 @@ def test_every_part_in_scope_reads_methods_its_experiment_runs(tmp_path):
     for name in sorted(read):
         exp = EXPERIMENTS[name]
         grid = exp.grid(True, results_dir="unused")
-        for workload, method, bw in itertools.product(grid.axes["workload"], grid.axes["compressor"], grid.axes["bw"]):
-            acc = 0.20 if method == exp.control else 0.60
+        axes = ("workload", "compressor", "bw", "latency")
+        for values in itertools.product(*(grid.axes[a] for a in axes)):
+            params = dict(zip(axes, values))
+            acc = 0.20 if params["compressor"] == exp.control else 0.60
             for seed in (0, 1):
-                cell(str(tmp_path), exp.sweep_name(True), params_of(name, workload=workload, compressor=method, bw=bw),
-                     [0.1] * 3, acc, 1_000_000, tx=10_000 if method == "none" else 1_000, repeat=seed, seed=seed)
+                cell(str(tmp_path), exp.sweep_name(True), params_of(name, **params), [0.1] * 3, acc, 1_000_000,
+                     tx=10_000 if params["compressor"] == "none" else 1_000, repeat=seed, seed=seed)
     for claim in catalog.CLAIMS:
         parts = judge.in_scope(claim, True, "cpu")
         if not parts:
@@ -793,7 +826,7 @@ def test_a_repeat_run_is_read_with_its_own_count_of_repeats(tmp_path):
 
 
 def test_claims_report_writes_a_page_with_a_picture_per_claim(tmp_path):
-    judge_c(tmp_path, [0.1] * 12, [0.1] * 12)
+    judge_c(tmp_path, [0.1] * 12, [0.1] * 12, [0.2] * 12, [0.1] * 12)
     out = here("claims", "report", "c", "s", "--results", str(tmp_path), "--out", str(tmp_path / "out"), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -843,7 +876,8 @@ def test_claim_g_runs_end_to_end_and_reads_the_kernels_counters(tmp_path, state_
 def test_with_another_baseline_the_speed_parts_compare_against_it(tmp_path):
     for method, t in (("none", 0.3), ("fp16", 0.15), ("twobit", 0.1)):
         for bw in ("{low}", "{high}"):
-            ps_cell(tmp_path, method, [t] * 8, bw=bw)
+            for seed in (0, 1):
+                ps_cell(tmp_path, method, [t] * 8, bw=bw, repeat=seed, seed=seed)
     against_none = judge.judge(anywhere("c"), True, str(tmp_path))
     against_fp16 = judge.judge(anywhere("c"), True, str(tmp_path), baseline="fp16")
     assert against_none["parts"][0]["value"] == pytest.approx(3.0) and against_none["verdict"] == DISAGREE

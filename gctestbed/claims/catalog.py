@@ -91,12 +91,19 @@ def _speed(method: str, workload: str, bw: str, **more) -> Figure:
     return lambda rows, ctx: F.speedup(rows, method, ctx.baseline, workload=ctx.role(workload), bw=ctx.role(bw), **more)
 
 
-def _pushed(bw: str) -> Figure:
-    """2-bit's speedup over the baseline with the workers pushing to parameter servers: the rows of a
-    replay of a trace's own payloads carry its method with every option (``{twobit}``), and every
-    method over ps is labelled so (analysis/cells)."""
+def _pushed(bw: str, latency: str | None = None) -> Figure:
+    """2-bit's speedup over the baseline with the workers pushing to parameter servers, with no added
+    latency or with the experiment's ``latency`` role: the rows of a replay of a trace's own payloads
+    carry its method with every option (``{twobit}``), and every method over ps is labelled so
+    (analysis/cells)."""
     return lambda rows, ctx: F.speedup(rows, f"{ctx.role('twobit')} over ps", f"{ctx.baseline} over ps",
-                                       bw=ctx.role(bw))
+                                       bw=ctx.role(bw), latency=ctx.role(latency) if latency else "0")
+
+
+def _latency_gain(bw: str) -> Figure:
+    """How many times 2-bit's speedup grows when ``{lat}`` is added to the links: its speedup with the
+    latency over its speedup without, the interval the quotient's of the two speedups' intervals."""
+    return lambda rows, ctx: F.ratio_of(_pushed(bw, "lat")(rows, ctx), _pushed(bw)(rows, ctx))
 
 
 def _acc(method: str) -> Figure:
@@ -300,14 +307,24 @@ CLAIMS: list[Claim] = [
     Claim("b", "mxnet", "Convolutional networks benefit little from 2-bit compression.", [
         Part("2-bit speedup over none, ResNet, low bandwidth", "mxnet-speed", _speed(E.TWOBIT, "conv", "low"), at_most(1.3))],
         MXNET_PS),
-    # the FAQ's words ("Network Latency"): "You may not want to use gradient compression if you have low latency
-    # network communication". It names no rate, so c is judged at both the experiment's, each with no added latency
-    Claim("c", "mxnet", "On a low-latency network 2-bit compression brings little benefit (\"You may not want to use "
-                        "gradient compression if you have low latency network communication\").", [
-        Part("2-bit speedup over none, FC-heavy model, no added latency, low bandwidth (pushed to a parameter server, "
-             "GPU compute replayed)", PS_REPLAY, _pushed("low"), at_most(1.2)),
+    # the FAQ's words ("Network Latency"): "Depending on the network latency between nodes and the model's size,
+    # these can contribute to slow performance such that gradient compression may provide speed improvements. You may
+    # not want to use gradient compression if you have low latency network communication." Two readings, each with
+    # its test: with no latency added 2-bit brings little, and added latency makes it bring more. No rate is named:
+    # the first at the fast link (a low-latency network is a data centre's, fast), the second at both. At the slow
+    # link with no added latency 2-bit's speedup is claim a's figure, which a must find at least 1.5: judged again
+    # here at most 1.2, c could never agree where a does
+    Claim("c", "mxnet", "On a low-latency network 2-bit compression brings little benefit, and latency between the "
+                        "nodes is what makes it pay (\"Depending on the network latency between nodes and the model's "
+                        "size, these can contribute to slow performance such that gradient compression may provide "
+                        "speed improvements. You may not want to use gradient compression if you have low latency "
+                        "network communication\").", [
         Part("2-bit speedup over none, FC-heavy model, no added latency, high bandwidth (pushed to a parameter "
-             "server, GPU compute replayed)", PS_REPLAY, _pushed("high"), at_most(1.2))], MXNET_PS),
+             "server, GPU compute replayed)", PS_REPLAY, _pushed("high"), at_most(1.2)),
+        Part("2-bit's speedup with the added latency over its speedup without, high bandwidth (pushed to a "
+             "parameter server, GPU compute replayed)", PS_REPLAY, _latency_gain("high"), at_least(1.0)),
+        Part("2-bit's speedup with the added latency over its speedup without, low bandwidth (pushed to a "
+             "parameter server, GPU compute replayed)", PS_REPLAY, _latency_gain("low"), at_least(1.0))], MXNET_PS),
     Claim("d", "mxnet", "Small updates are delayed, not discarded, so 2-bit compression does not lead to a significant "
                         "loss in accuracy: the loss observed was as low as 1 % (MXNet's gradient compression FAQ).", [
         Part(f"held-out accuracy minus none (points), 2-bit at the threshold of {THRESHOLDS} that keeps the most "

@@ -67,6 +67,7 @@ class Here:
     workloads: tuple[str, ...]
     nodes: tuple[str, ...]
     replayed: bool = False          # every workload a replay: compute (and device) the traces', the network real
+    unread: tuple[str, ...] = ()    # replays whose traces cannot be read here: their device and model unknown
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -99,7 +100,12 @@ def here(axes: dict[str, list[str]], device: str) -> Here:
                 bws=tuple(sorted(parse_rate(b) for b in axes["bw"])),
                 latencies=tuple(sorted(parse_duration(x) for x in axes["latency"])),
                 optimizers=tuple(v.split(":")[0] for v in axes.get("optimizer", ["sgd"])),
-                workloads=tuple(axes["workload"]), nodes=tuple(axes["nodes"]))
+                workloads=tuple(axes["workload"]), nodes=tuple(axes["nodes"]),
+                unread=tuple(w for w, t in zip(axes["workload"], traces) if t is None and _names_trace(w)))
+
+
+def _names_trace(workload: str) -> bool:
+    return workload.startswith("replay:") and "trace" in parse_choice(workload, "--workload")[1]
 
 
 def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -144,14 +150,15 @@ def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
     from .. import tracefile
     from ..spec import UserError
     path = tracefile.path_of(trace)
-    files = ([os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith((".json", ".json.gz"))]
-             if os.path.isdir(path) else [path])
-    classes, devices, methods = [], [], []
-    for f in files:
+    if os.path.isdir(path):
+        traces = [t for _, t in tracefile.in_dir(path)]
+    else:
         try:
-            t = tracefile.load(f)
-        except (UserError, OSError, KeyError):
-            continue
+            traces = [tracefile.load(path)]
+        except (UserError, OSError):
+            traces = []
+    classes, devices, methods = [], [], []
+    for t in traces:
         classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
         devices.append(t["recorded"].get("device", "cpu"))
         methods.append(t["job"].get("compressor"))
@@ -166,6 +173,10 @@ def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]
     if "comm" in needs and source.comm != ANY and source.comm not in h.comms:
         out.append(f"the source measured workers meeting over {_COMMS.get(source.comm, source.comm)}; here they "
                    f"meet over {', '.join(_COMMS.get(c, c) for c in h.comms)}")
+    if h.unread and ("device" in needs or "model" in needs):
+        out.append(f"the traces {', '.join(h.unread)} replays cannot be read here, so the device they were recorded "
+                   f"on and their model are not known")
+        needs = tuple(n for n in needs if n not in ("device", "model"))
     if "device" in needs and source.device != ANY and h.device == "cpu+gpu":
         out.append(f"the source's nodes computed on {source.device.upper()}s; the runs here mix CPU and GPU nodes, "
                    f"and a figure over both is neither's")

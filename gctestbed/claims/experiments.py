@@ -131,18 +131,23 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                                              "224-pixel images, 2 nodes")),
     Experiment(
         "mxnet-ps-replay",
-        # two workers and one server, each on its own link; dilated so the fast link is one this host can drive
+        # two workers and one server, each on its own link; dilated so the fast link is one this host can drive.
+        # Latency: none added (the namespaces' own, tens of microseconds: a low-latency network) and {lat} end to
+        # end (a 10 ms round trip, between a data centre's and a WAN's), the axis claim c speaks of
         axes={"workload": [H200_FC], "comm": ["ps"], "bw": ["{low}", "{high}"], "compressor": ["none", TWOBIT_H200],
-              "nodes": ["2"], "batch_size": ["128"], "latency": ["0"], "mode": ["overlap"]},
-        quick=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "10gbit"}, steps=10, repeat=3, dilate="10",
+              "nodes": ["2"], "batch_size": ["128"], "latency": ["0", "{lat}"], "mode": ["overlap"]},
+        quick=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "10gbit", "lat": "5ms"}, steps=10, repeat=3,
+                    dilate="10",
                     scale="replayed: the FC-heavy mlp (3.2 M parameters, 12.6 MB of gradient in one bucket, batch 128) "
                           "as recorded on an H200 (about 2 ms from a step's start to its gradient, with two nodes "
-                          "sharing the GPU), 2 workers and one server on this host, links at 1 and 10 Gbit/s dilated "
-                          "x10 (the server summing at this CPU's speed), 3 replays of one recording"),
-        full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit"}, steps=12, repeat=5, dilate="25",
+                          "sharing the GPU), 2 workers and one server on this host, links at 1 and 10 Gbit/s with no "
+                          "added latency and with 5 ms, dilated x10 (the server summing at this CPU's speed), 3 replays "
+                          "of one recording"),
+        full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit", "lat": "5ms"}, steps=12, repeat=5,
+                   dilate="25",
                    scale="replayed: the same traces (a 3.2 M-parameter MLP standing for MXNet's FC-heavy networks), "
-                         "links at 1 and 25 Gbit/s dilated x25 (the server summing at this CPU's speed), 5 replays of one "
-                         "recording", toy=True)),
+                         "links at 1 and 25 Gbit/s with no added latency and with 5 ms, dilated x25 (the server summing "
+                         "at this CPU's speed), 5 replays of one recording", toy=True)),
     Experiment(
         "accuracy-sgd",
         axes={"workload": ["{data}"], "bw": ["1gbit"], "nodes": ["2"], "batch_size": ["32"], "latency": ["0"],

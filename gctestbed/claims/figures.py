@@ -23,15 +23,20 @@ from typing import Callable
 
 from ..analysis import model
 from ..analysis.cells import Row
-from ..spec import parse_rate
+from ..spec import parse_duration, parse_rate
 from .verdict import Measure
 
 Z = 1.96          # two-sided 95 %
 
 
 def pick(rows: list[Row], **where) -> list[Row]:
-    """Rows whose fields equal ``where`` (``bw`` as typed, e.g. "100mbit"; others as stored)."""
-    want = {("bw_bps" if k == "bw" else k): (parse_rate(v) if k == "bw" else v) for k, v in where.items()}
+    """Rows whose fields equal ``where`` (``bw`` and ``latency`` as typed, e.g. "100mbit", "5ms"; others
+    as stored)."""
+    typed = {"bw": ("bw_bps", parse_rate), "latency": ("latency_s", parse_duration)}
+    want = {}
+    for k, v in where.items():
+        name, parse = typed.get(k, (k, None))
+        want[name] = parse(v) if parse else v
     return [r for r in rows if all(getattr(r, k) == v for k, v in want.items())]
 
 
@@ -66,7 +71,8 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         (bl, bh), (ml, mh) = _quartiles([t for r in b for t in r.step_times]), _quartiles([t for r in m for t in r.step_times])
         low, high, how = bl / mh, bh / ml, "interquartile step times of one run each"
     return Measure(value, low, high, detail={"method": method, "baseline": baseline, "method_step_s": statistics.median(tm),
-                                             "baseline_step_s": statistics.median(tb), "interval": how, **where})
+                                             "baseline_step_s": statistics.median(tb), "interval": how,
+                                             "n": min(len(tm), len(tb)), **where})
 
 
 def _recorded_only(r: Row) -> bool:
@@ -251,7 +257,8 @@ def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Me
     value = statistics.median(tb) / statistics.median(tm)
     return Measure(value, min(tb) / max(tm), max(tb) / min(tm),
                    detail={"target_accuracy": target, "method_s": statistics.median(tm), "baseline_s": statistics.median(tb),
-                           "runs": [len(tm), len(tb)], "interval": "range over runs", **where})
+                           "runs": [len(tm), len(tb)], "n": min(len(tm), len(tb)), "interval": "range over runs",
+                           **where})
 
 
 BELIEVED = 0.9      # a payload count under 90 % of what the interface sent is not believed (headers and the

@@ -109,6 +109,8 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
         if left_out:
             m = dataclasses.replace(m, why=(m.why + "; " if m.why else "") + left_out)
         verdict, why = part.region.judge(m), m.why
+        if "device" in part.needs and verdict in (AGREE, DISAGREE):
+            verdict, why = unpaired(m, (repeat or exp.setup(quick).repeat), verdict, why)
         if m.value is None:
             why += read.note(name)
         if ctx.counted:          # (a figure that read no bytes reads the same on either count)
@@ -135,20 +137,37 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             "cells_unplanned": {name: len(r.unplanned) for name, r in read_of.items()}, "judged_at": time.time()}
 
 
+SETTING = tuple(k for k in cells.SAME_CELL if k not in ("workload", "compressor", "bw_bps", "latency_s"))
+
+
 def unpaced(rows: list[cells.Row]) -> tuple[list[cells.Row], str]:
     """The rows the host paced none of (a replay marked HOST-BOUND: its step was this host's, not the
     emulated cluster's): a paced run's seed is left out of its setting for every method, so the
     methods still pair by seed there; and what was left out, in words ("" when nothing was)."""
-    def setting(r: cells.Row) -> tuple:
-        return (r.seed, r.bw_bps, r.latency_s, r.nodes, r.batch_size, r.mode)
-    paced = {setting(r) for r in rows if r.host_bound}
+    def setting(r: cells.Row) -> tuple:     # the cell but its method (a replay's workload names its method's trace)
+        return (r.seed, r.bw_bps, r.latency_s, *(getattr(r, k) for k in SETTING))
+    paced = {setting(r) for r in rows if r.paced}
     if not paced:
         return rows, ""
-    from ..spec import format_rate
-    n = sum(1 for r in rows if r.host_bound)
-    where = ", ".join(f"seed {s[0]} at {format_rate(s[1])}" for s in sorted(paced))
+    from ..spec import format_duration, format_rate
+    n = sum(1 for r in rows if r.paced)
+    where = ", ".join(f"seed {s[0]} at {format_rate(s[1])}" + (f" and {format_duration(s[2])}" if s[2] else "")
+                      for s in sorted(paced))
     return [r for r in rows if setting(r) not in paced], (
         f"left out, where the host paced a run ({n} of {len(rows)} runs HOST-BOUND): {where}")
+
+
+def unpaired(m: F.Measure, planned: int, verdict: str, why: str) -> tuple[str, str]:
+    """A speed of an experiment that plans repeats, judged on fewer than two runs a side (the others
+    left out as paced, or not run): inconclusive. Its interval would then come from inside one run
+    a side, the spread of its steps, where the repeats were planned because that spread leaves out
+    what changes from run to run."""
+    n = m.detail.get("n")      # (a figure over several, a median or a share, says through its parts)
+    if planned < 2 or not isinstance(n, int) or n >= 2:
+        return verdict, why
+    return INCONCLUSIVE, "; ".join(x for x in (why, f"{planned} repeats were planned and fewer than two runs a side "
+                                                   f"are read: {m.value:.3g} [{m.low:.3g}, {m.high:.3g}], from one run "
+                                                   f"a side, would read {verdict}") if x)
 
 
 def still_moving(part: Part, m: F.Measure, verdict: str, why: str) -> tuple[str, str]:
