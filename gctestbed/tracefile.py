@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
 from typing import Any, Iterable
 
 from .spec import UserError
@@ -33,26 +34,44 @@ def path_of(text: str) -> str:
     return os.path.join(SHIPPED, text[1:]) if text.startswith("@") else os.path.abspath(text)
 
 
-def in_dir(path: str) -> list[tuple[str, dict[str, Any]]]:
+def stamp(path: str) -> tuple | None:
+    """What tells a trace file or a directory of traces as it stands from an earlier or later state
+    of it: each file's name, inode, size and times (None: nothing there)."""
+    def one(p: str):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        return (os.path.basename(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
+    if not os.path.isdir(path):
+        return one(path)
+    return tuple(x for f in sorted(os.listdir(path)) if f.endswith((".json", ".json.gz"))
+                 for x in [one(os.path.join(path, f))] if x is not None)
+
+
+def in_dir(path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     """(file, trace) for each trace directly in directory ``path``, by name (a file that is not a
-    trace of this version is passed over): a directory of traces stands for one job's, one per
-    method. Read once per directory as it stands (its files' names and times)."""
-    names = sorted(f for f in os.listdir(path) if f.endswith((".json", ".json.gz")) and os.path.isfile(os.path.join(path, f)))
-    stamp = tuple((f, os.stat(os.path.join(path, f)).st_mtime_ns) for f in names)
-    if _DIRS.get(path, (None,))[0] != stamp:
+    trace of this version, or is gone, is passed over): a directory of traces stands for one job's,
+    one per method. Read again whenever a file's name, size or times change; the traces are
+    shared, for reading."""
+    now, key = stamp(path), os.path.abspath(path)
+    if _DIRS.get(key, (None,))[0] != now:
         found = []
-        for f in names:
+        for f, *_ in now:
             try:
                 trace = load(os.path.join(path, f))
             except (UserError, OSError):
                 continue
             if isinstance(trace.get("job"), dict) and {"workload", "compressor"} <= trace["job"].keys():
                 found.append((os.path.join(path, f), trace))
-        _DIRS[path] = (stamp, found)
-    return _DIRS[path][1]
+        _DIRS.pop(key, None)
+        while len(_DIRS) >= 4:                 # the directories read last, a few at a time
+            _DIRS.pop(next(iter(_DIRS)))
+        _DIRS[key] = (now, tuple(found))
+    return _DIRS[key][1]
 
 
-_DIRS: dict[str, tuple[tuple, list]] = {}
+_DIRS: dict[str, tuple[tuple, tuple]] = {}
 
 
 def save(trace: dict[str, Any], path: str) -> None:

@@ -205,6 +205,7 @@ def test_a_speed_claim_agrees_disagrees_or_is_inconclusive_by_its_step_times(tmp
     assert noisy["verdict"] == INCONCLUSIVE
     part = noisy["parts"][0]
     assert part["low"] < 1.2 < part["high"] and "interquartile" in part["detail"]["interval"]
+    assert part["verdict"] == INCONCLUSIVE and "repeats were planned" not in part["why"]     # the straddle, not the repeats
 
 
 def test_a_speed_of_one_run_a_side_is_inconclusive_where_repeats_were_planned(tmp_path):
@@ -213,11 +214,46 @@ def test_a_speed_of_one_run_a_side_is_inconclusive_where_repeats_were_planned(tm
     saying so; two seeds a side read the same times disagree. Planted (judge.unpaired skipped):
     the first reads disagree."""
     steady = [0.1] * 12
-    one = judge_c(tmp_path / "one", steady, [0.05] * 12, seeds=(0,))["parts"][0]
-    assert one["verdict"] == INCONCLUSIVE and one["value"] == pytest.approx(2.0), one
-    assert "3 repeats were planned and fewer than two runs a side are read" in one["why"] and "would read disagree" in one["why"]
-    two = judge_c(tmp_path / "two", steady, [0.05] * 12)["parts"][0]
-    assert two["verdict"] == DISAGREE and two["detail"]["n"] == 2, two
+    # 2.0x with no latency; 8.0x with it, a gain of 4 (planted, ratio_of dropping its parts' n: they read agree)
+    one = judge_c(tmp_path / "one", steady, [0.05] * 12, [0.4] * 12, [0.05] * 12, seeds=(0,))["parts"]
+    assert one[0]["verdict"] == INCONCLUSIVE and one[0]["value"] == pytest.approx(2.0), one[0]
+    assert "3 repeats were planned and fewer than two runs a side are read" in one[0]["why"]
+    assert "would read disagree" in one[0]["why"]
+    for gain in one[1:]:
+        assert gain["verdict"] == INCONCLUSIVE and gain["value"] == pytest.approx(4.0) and "would read agree" in gain["why"]
+    two = judge_c(tmp_path / "two", steady, [0.05] * 12, [0.4] * 12, [0.05] * 12)["parts"]
+    assert [p["verdict"] for p in two] == [DISAGREE, AGREE, AGREE] and two[0]["detail"]["n"] == 2, two
+
+
+def test_a_speed_leaves_out_a_run_paced_at_its_own_latency_only(tmp_path, monkeypatch):
+    """A run the dilation test found paced (Row.dilation_paced, not its counters) at 5 ms: its seed is
+    left out there for both methods, and kept with no added latency. Planted (the setting keyed
+    without the latency, or only host_bound read): fails."""
+    for seed in (0, 1, 2):
+        for latency in ("0", "{lat}"):
+            ps_cell(tmp_path, "none", [0.2] * 8, latency=latency, repeat=seed, seed=seed)
+            ps_cell(tmp_path, "twobit", [0.1] * 8, latency=latency, repeat=seed, seed=seed)
+    load = cells.load
+    monkeypatch.setattr(cells, "load", lambda d, n: [dataclasses.replace(
+        r, dilation_paced=(r.seed == 1 and r.method == "none" and r.latency_s > 0)) for r in load(d, n)])
+    parts = judge.judge(anywhere("c"), True, str(tmp_path))["parts"]
+    assert parts[0]["detail"]["seeds"] == [0, 1, 2], parts[0]            # no added latency: seed 1 kept
+    assert parts[1]["detail"]["numerator"]["seeds"] == [0, 2], parts[1]
+    assert "seed 1 at 10gbit and 5ms" in parts[1]["why"], parts[1]["why"]
+
+
+def test_the_pushed_speedup_finds_each_method_by_its_name_and_refuses_two_of_one(tmp_path):
+    """The replayed runs' 2-bit is labelled with every option its trace recorded; the figure finds it
+    by its method's name among the runs over ps, and where two labels of 2-bit stand in one store
+    it compares neither."""
+    judge_c(tmp_path, [0.2] * 8, [0.1] * 8)
+    assert judge.judge(anywhere("c"), True, str(tmp_path))["parts"][0]["value"] == pytest.approx(2.0)
+    rows = cells.load(str(tmp_path), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True))
+    fig = catalog.BY_ID["c"].parts[0].figure
+    ctx = catalog.Context(lambda text: EXPERIMENTS["mxnet-ps-replay"].fill(True, text))
+    other = [dataclasses.replace(r, compressor="twobit:threshold=0.5 over ps") for r in rows if r.method == "twobit"]
+    m = fig(rows + other, ctx)
+    assert m.value is None and "one run of each method a setting" in m.why, m
 
 
 def judge_d(tmp_path, none_acc, twobit_acc, samples, control_acc=0.5) -> dict:

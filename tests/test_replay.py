@@ -373,6 +373,12 @@ def test_a_trace_directory_stands_for_each_methods_own_trace(tmp_path):
         shutil.copy(os.path.join(evening, "mlp-none-1gbit.json.gz"), twice / name)
     with pytest.raises(SpecError, match="holds 2 traces of none with these options"):
         flags.build_spec(nodes="2", steps="10", replay=f"{twice},compute=sleep")
+    # the directory is read again when a file in it changes, even with its old times put back (planted:
+    # the first reading kept): b becomes 2-bit's trace and none's is a's alone
+    stat = os.stat(twice / "b.json.gz")
+    shutil.copy(os.path.join(evening, "mlp-twobit-1gbit.json.gz"), twice / "b.json.gz")
+    os.utime(twice / "b.json.gz", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert flags.build_spec(nodes="2", steps="10", replay=f"{twice},compute=sleep").workload_options["trace"].endswith("a.json.gz")
     mixed = tmp_path / "mixed"              # one job's traces only: another model's 2-bit would be compared with this none
     mixed.mkdir()
     shutil.copy(os.path.join(evening, "mlp-none-1gbit.json.gz"), mixed)

@@ -67,7 +67,7 @@ class Here:
     workloads: tuple[str, ...]
     nodes: tuple[str, ...]
     replayed: bool = False          # every workload a replay: compute (and device) the traces', the network real
-    unread: tuple[str, ...] = ()    # replays whose traces cannot be read here: their device and model unknown
+    unread: tuple[str, ...] = ()    # why a replay's traces cannot be read here (its device and model unknown)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -77,8 +77,9 @@ class Here:
                                    (MODEL_CLASSES.get(w.split(":")[0], w.split(":")[0]),)))
 
     def describe(self) -> str:
-        nodes = f"{self.device.upper()} nodes" + (" replayed from traces (their compute, the network here)"
-                                                   if self.replayed else "")
+        nodes = (f"{self.device.upper()} nodes" + (" replayed from traces (their compute, the network here)"
+                                                    if self.replayed else "")
+                 if not self.unread else f"nodes replaying traces that cannot be read here ({'; '.join(self.unread)})")
         return (f"comm {', '.join(self.comms)}; {nodes}; links "
                 f"{', '.join(_rate(b) for b in self.bws)}; latency {', '.join(_duration(x) for x in self.latencies)}; "
                 f"optimizer {', '.join(self.optimizers)}; {', '.join(self.nodes)} nodes; {_classes(self.models)}: "
@@ -101,11 +102,7 @@ def here(axes: dict[str, list[str]], device: str) -> Here:
                 latencies=tuple(sorted(parse_duration(x) for x in axes["latency"])),
                 optimizers=tuple(v.split(":")[0] for v in axes.get("optimizer", ["sgd"])),
                 workloads=tuple(axes["workload"]), nodes=tuple(axes["nodes"]),
-                unread=tuple(w for w, t in zip(axes["workload"], traces) if t is None and _names_trace(w)))
-
-
-def _names_trace(workload: str) -> bool:
-    return workload.startswith("replay:") and "trace" in parse_choice(workload, "--workload")[1]
+                unread=tuple(why for w in axes["workload"] if (why := unread(w))))
 
 
 def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -118,7 +115,7 @@ def replayed(workload: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     if "trace" not in options:
         return None
     recorded = _recorded(options["trace"])
-    return recorded[:2] if recorded else None
+    return None if isinstance(recorded, str) else recorded[:2]
 
 
 def pure(workload: str) -> bool:
@@ -141,29 +138,48 @@ def replay_methods(workload: str) -> tuple[str, ...] | None:
     if not workload.startswith("replay:"):
         return None
     options = parse_choice(workload, "--workload")[1]
-    return _recorded(options["trace"])[2] if "trace" in options and _recorded(options["trace"]) else ()
+    recorded = _recorded(options["trace"]) if "trace" in options else ""
+    return () if isinstance(recorded, str) else recorded[2]
 
 
-@functools.lru_cache(maxsize=None)
-def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
-    """A trace's (or a directory's traces') model classes, devices and methods, read once."""
+def _recorded(trace: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | str:
+    """A trace's (or a directory's traces') model classes, devices and methods, or why they cannot be
+    read here; read again when the files change."""
+    from .. import tracefile
+    path = tracefile.path_of(trace)
+    return _recorded_at(path, tracefile.stamp(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _recorded_at(path: str, stamp) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | str:
     from .. import tracefile
     from ..spec import UserError
-    path = tracefile.path_of(trace)
+    if stamp is None:
+        return f"there is no {path}"
     if os.path.isdir(path):
         traces = [t for _, t in tracefile.in_dir(path)]
+        if not traces:
+            return f"{path} holds no trace this gctestbed reads"
     else:
         try:
             traces = [tracefile.load(path)]
-        except (UserError, OSError):
-            traces = []
+        except (UserError, OSError) as e:
+            return str(e)
     classes, devices, methods = [], [], []
     for t in traces:
         classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
         devices.append(t["recorded"].get("device", "cpu"))
         methods.append(t["job"].get("compressor"))
-    return ((tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices)), tuple(m for m in dict.fromkeys(methods) if m))
-            if classes else None)
+    return tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices)), tuple(m for m in dict.fromkeys(methods) if m)
+
+
+def unread(workload: str) -> str:
+    """Why a replay's traces cannot be read here ("" when they can, or it is no replay of a trace)."""
+    if not workload.startswith("replay:"):
+        return ""
+    options = parse_choice(workload, "--workload")[1]
+    got = _recorded(options["trace"]) if "trace" in options else ()
+    return got if isinstance(got, str) else ""
 
 
 def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]:
@@ -174,8 +190,8 @@ def mismatches(source: Conditions, h: Here, needs: tuple[str, ...]) -> list[str]
         out.append(f"the source measured workers meeting over {_COMMS.get(source.comm, source.comm)}; here they "
                    f"meet over {', '.join(_COMMS.get(c, c) for c in h.comms)}")
     if h.unread and ("device" in needs or "model" in needs):
-        out.append(f"the traces {', '.join(h.unread)} replays cannot be read here, so the device they were recorded "
-                   f"on and their model are not known")
+        out.append(f"a replay's traces cannot be read here ({'; '.join(h.unread)}), so the device they were "
+                   f"recorded on and their model are not known")
         needs = tuple(n for n in needs if n not in ("device", "model"))
     if "device" in needs and source.device != ANY and h.device == "cpu+gpu":
         out.append(f"the source's nodes computed on {source.device.upper()}s; the runs here mix CPU and GPU nodes, "

@@ -52,9 +52,8 @@ DGC_CLIP = "dgc:ratio=0.001,warmup_epochs=0,clip_norm=0.25"   # DGC_MASK with lo
 # sums on this host's CPU and answers dense, as MXNet's servers do
 H200_FC = "replay:trace=@h200/evening,compute=sleep,codec=recorded,optim=recorded"
 # the traces' 2-bit: threshold 0.001, not MXNet's default 0.5; its payload (2 bits an element, 16 to a word) and its
-# encode's work do not depend on the threshold, so a speed does not. Its label in a replay of its own payloads
-# names every option (analysis/cells.method_label)
-TWOBIT_H200, TWOBIT_H200_LABEL = "twobit:threshold=0.001", "twobit:residual=True,threshold=0.001"
+# encode's work do not depend on the threshold, so a speed does not
+TWOBIT_H200 = "twobit:threshold=0.001"
 # an epoch of the text task: its training bytes (nine tenths of the corpus) over 2 nodes x 32 windows a step
 TEXT_EPOCH = "44"               # 90,000 bytes / (2 x 32 x 32)
 LR_WARMUP = str(5 * int(TEXT_EPOCH))   # DGC's recipe (its authors' configs): the learning rate warmed up over 5 epochs
@@ -136,14 +135,14 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         # end (a 10 ms round trip, between a data centre's and a WAN's), the axis claim c speaks of
         axes={"workload": [H200_FC], "comm": ["ps"], "bw": ["{low}", "{high}"], "compressor": ["none", TWOBIT_H200],
               "nodes": ["2"], "batch_size": ["128"], "latency": ["0", "{lat}"], "mode": ["overlap"]},
-        quick=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "10gbit", "lat": "5ms"}, steps=10, repeat=3,
+        quick=Setup({"low": "1gbit", "high": "10gbit", "lat": "5ms"}, steps=10, repeat=3,
                     dilate="10",
                     scale="replayed: the FC-heavy mlp (3.2 M parameters, 12.6 MB of gradient in one bucket, batch 128) "
                           "as recorded on an H200 (about 2 ms from a step's start to its gradient, with two nodes "
                           "sharing the GPU), 2 workers and one server on this host, links at 1 and 10 Gbit/s with no "
                           "added latency and with 5 ms, dilated x10 (the server summing at this CPU's speed), 3 replays "
                           "of one recording"),
-        full=Setup({"twobit": TWOBIT_H200_LABEL, "low": "1gbit", "high": "25gbit", "lat": "5ms"}, steps=12, repeat=5,
+        full=Setup({"low": "1gbit", "high": "25gbit", "lat": "5ms"}, steps=12, repeat=5,
                    dilate="25",
                    scale="replayed: the same traces (a 3.2 M-parameter MLP standing for MXNet's FC-heavy networks), "
                          "links at 1 and 25 Gbit/s with no added latency and with 5 ms, dilated x25 (the server summing "

@@ -65,6 +65,7 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         return dataclasses.replace(paired, detail={"method": method, "baseline": baseline, **paired.detail,
                                                    "method_step_s": statistics.median(tm),
                                                    "baseline_step_s": statistics.median(tb), **where})
+    runs = min(len({r.seed for r in m}), len({r.seed for r in b}))      # independent runs a side: seeds
     if len(tm) > 1 and len(tb) > 1:
         low, high, how = min(tb) / max(tm), max(tb) / min(tm), f"range over {min(len(tm), len(tb))} repeats"
     else:
@@ -72,7 +73,7 @@ def speedup(rows: list[Row], method: str, baseline: str, **where) -> Measure:
         low, high, how = bl / mh, bh / ml, "interquartile step times of one run each"
     return Measure(value, low, high, detail={"method": method, "baseline": baseline, "method_step_s": statistics.median(tm),
                                              "baseline_step_s": statistics.median(tb), "interval": how,
-                                             "n": min(len(tm), len(tb)), **where})
+                                             "n": runs, **where})
 
 
 def _recorded_only(r: Row) -> bool:
@@ -230,7 +231,8 @@ def crossover(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     low = min(found + [at]) if len(found) == 2 else rates[0]
     high = max(found + [at]) if len(found) == 2 else rates[-1]
     return Measure(at, low, high, detail={"method": method, "rates": rates,
-                                          "speedups": [x.value for _, x in points], **where})
+                                          "speedups": [x.value for _, x in points], **where,
+                                          **_least_n([x for _, x in points])})
 
 
 def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Measure:
@@ -257,7 +259,8 @@ def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Me
     value = statistics.median(tb) / statistics.median(tm)
     return Measure(value, min(tb) / max(tm), max(tb) / min(tm),
                    detail={"target_accuracy": target, "method_s": statistics.median(tm), "baseline_s": statistics.median(tb),
-                           "runs": [len(tm), len(tb)], "n": min(len(tm), len(tb)), "interval": "range over runs",
+                           "runs": [len(tm), len(tb)], "n": min(len({r.seed for r in m}), len({r.seed for r in b})),
+                           "interval": "range over runs",
                            **where})
 
 
@@ -320,7 +323,8 @@ def share(measures: dict[str, Measure], holds: Callable[[float], bool]) -> Measu
     surely = sum(holds(m.low) and holds(m.high) for m in known.values())
     maybe = sum(holds(m.low) or holds(m.high) or holds(m.value) for m in known.values())
     return Measure(sum(holds(m.value) for m in known.values()) / n, surely / n, maybe / n,
-                   detail={k: {"value": m.value, "low": m.low, "high": m.high, **m.detail} for k, m in known.items()})
+                   detail={k: {"value": m.value, "low": m.low, "high": m.high, **m.detail} for k, m in known.items()}
+                   | _least_n(known.values()))
 
 
 def median_of(measures: dict[str, Measure]) -> Measure:
@@ -329,7 +333,15 @@ def median_of(measures: dict[str, Measure]) -> Measure:
         return Measure.missing("; ".join(m.why for m in measures.values()))
     return Measure(statistics.median(m.value for m in known), statistics.median(m.low for m in known),
                    statistics.median(m.high for m in known),
-                   detail={k: {"value": m.value, "low": m.low, "high": m.high} for k, m in measures.items()})
+                   detail={k: {"value": m.value, "low": m.low, "high": m.high} for k, m in measures.items()}
+                   | _least_n(known))
+
+
+def _least_n(measures) -> dict:
+    """A figure over several: the fewest independent runs a side any of them rests on (its ``n``;
+    none where one of them does not say), so the judge's repeats test (judge.unpaired) sees it."""
+    ns = [m.detail.get("n") for m in measures]
+    return {"n": min(ns)} if ns and all(isinstance(n, int) for n in ns) else {}
 
 
 def coding_share(rows: list[Row], method: str, **where) -> Measure:

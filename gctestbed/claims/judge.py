@@ -162,7 +162,7 @@ def unpaired(m: F.Measure, planned: int, verdict: str, why: str) -> tuple[str, s
     left out as paced, or not run): inconclusive. Its interval would then come from inside one run
     a side, the spread of its steps, where the repeats were planned because that spread leaves out
     what changes from run to run."""
-    n = m.detail.get("n")      # (a figure over several, a median or a share, says through its parts)
+    n = m.detail.get("n")      # (a figure over several, a median, a share or a quotient, has its parts' fewest)
     if planned < 2 or not isinstance(n, int) or n >= 2:
         return verdict, why
     return INCONCLUSIVE, "; ".join(x for x in (why, f"{planned} repeats were planned and fewer than two runs a side "
