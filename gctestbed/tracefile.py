@@ -45,8 +45,11 @@ def stamp(path: str) -> tuple | None:
         return (os.path.basename(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
     if not os.path.isdir(path):
         return one(path)
-    return tuple(x for f in sorted(os.listdir(path)) if f.endswith((".json", ".json.gz"))
-                 for x in [one(os.path.join(path, f))] if x is not None)
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return None
+    return tuple(x for f in names if f.endswith((".json", ".json.gz")) for x in [one(os.path.join(path, f))] if x is not None)
 
 
 def in_dir(path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -55,6 +58,8 @@ def in_dir(path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     one per method. Read again whenever a file's name, size or times change; the traces are
     shared, for reading."""
     now, key = stamp(path), os.path.abspath(path)
+    if not os.path.isdir(path) or now is None:
+        raise UserError(f"{path} is not a directory of traces this host can read.")
     if _DIRS.get(key, (None,))[0] != now:
         found = []
         for f, *_ in now:

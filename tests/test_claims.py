@@ -225,6 +225,22 @@ def test_a_speed_of_one_run_a_side_is_inconclusive_where_repeats_were_planned(tm
     assert [p["verdict"] for p in two] == [DISAGREE, AGREE, AGREE] and two[0]["detail"]["n"] == 2, two
 
 
+def test_a_figure_over_several_and_a_speedup_count_independent_runs_a_side(tmp_path):
+    """n, which the repeats test reads, is the fewest seeds a side: a median or a share over
+    speedups has its parts' fewest (planted, dropped: their n is missing and a one-run part passes),
+    and two runs of one seed are one (planted, rows counted: n reads 2)."""
+    from gctestbed.claims import figures
+    parts = {"a": Measure(2.0, 1.5, 2.5, detail={"n": 1}), "b": Measure(3.0, 2.0, 4.0, detail={"n": 3})}
+    assert figures.median_of(parts).detail["n"] == 1
+    assert figures.share(parts, lambda s: s > 1).detail["n"] == 1
+    for repeat in (0, 1):           # two repeats stored with one seed: one independent run a side
+        ps_cell(tmp_path, "none", [0.2] * 8, repeat=repeat, seed=0)
+        ps_cell(tmp_path, "twobit", [0.1] * 8, repeat=repeat, seed=0)
+    rows = cells.load(str(tmp_path), EXPERIMENTS["mxnet-ps-replay"].sweep_name(True))
+    fast = figures.speedup(rows, next(r.compressor for r in rows if r.method == "twobit"), "none over ps")
+    assert fast.value == pytest.approx(2.0) and fast.detail["n"] == 1, fast.detail
+
+
 def test_a_speed_leaves_out_a_run_paced_at_its_own_latency_only(tmp_path, monkeypatch):
     """A run the dilation test found paced (Row.dilation_paced, not its counters) at 5 ms: its seed is
     left out there for both methods, and kept with no added latency. Planted (the setting keyed
@@ -253,7 +269,7 @@ def test_the_pushed_speedup_finds_each_method_by_its_name_and_refuses_two_of_one
     ctx = catalog.Context(lambda text: EXPERIMENTS["mxnet-ps-replay"].fill(True, text))
     other = [dataclasses.replace(r, compressor="twobit:threshold=0.5 over ps") for r in rows if r.method == "twobit"]
     m = fig(rows + other, ctx)
-    assert m.value is None and "one run of each method a setting" in m.why, m
+    assert m.value is None and "compares one label of each method" in m.why, m
 
 
 def judge_d(tmp_path, none_acc, twobit_acc, samples, control_acc=0.5) -> dict:
@@ -634,6 +650,7 @@ def test_a_replay_of_gpu_traces_pushed_to_a_server_is_judged_in_mxnets_regime_on
                             "workload": [f"replay:trace={tmp_path / 'gone'},compute=sleep"]}, "cpu")
     why = conditions.mismatches(catalog.MXNET_PS, gone, conditions.SPEED)
     assert len(why) == 1 and "cannot be read here" in why[0] and "CPUs" not in why[0], why
+    assert f"there is no {tmp_path / 'gone'}" in why[0] and "cannot be read here" in gone.describe()
     # a GPU trace whose replay runs some of the job's work on this CPU (the method for real) computed on both
     axes = {"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"], "comm": ["ps"]}
     impure = conditions.here({**axes, "workload": ["replay:trace=@h200/evening,compute=sleep,codec=real"]}, "cpu")

@@ -101,7 +101,7 @@ def _pushed(bw: str, latency: str | None = None) -> Figure:
         labels = {m: sorted({r.compressor for r in ps if r.method == m}) for m in ("twobit", ctx.baseline)}
         if any(len(v) > 1 for v in labels.values()):
             return Measure.missing("the runs over ps hold " + "; ".join(", ".join(v) for v in labels.values() if len(v) > 1)
-                                   + ": one run of each method a setting is what this figure compares")
+                                   + ": this figure compares one label of each method")
         method, baseline = (v[0] if v else f"{m} over ps" for m, v in labels.items())
         return F.speedup(ps, method, baseline, bw=ctx.role(bw), latency=ctx.role(latency) if latency else "0")
     return figure
@@ -281,9 +281,9 @@ MXNET_PS = Conditions(comm="ps", device="gpu", model="MXNet's examples: FC-heavy
 C_READING = ("the FAQ names neither a rate nor a latency: \"little benefit\" is judged at the fast link alone (at the "
              "slow link with no added latency 2-bit's speedup is claim a's figure, which a must find at least 1.5), "
              "\"makes it pay more\" as a speedup with 5 ms added at least as large as without (a quotient of exactly 1 "
-             "agrees); the nodes' socket buffers hold 4 x the path's bandwidth-delay product, as a tuned cluster's "
-             "do, so no transfer is held by TCP's window, the one way latency could grow with the bytes; and no "
-             "crossover in latency is reported: two latencies were run")
+             "agrees); the nodes' socket buffers may hold 4 x the path's bandwidth-delay product, as a tuned "
+             "cluster's do, while TCP's window still grows over each transfer, so a larger transfer may pay more "
+             "of the latency; and no crossover in latency is reported: two latencies were run")
 MXNET_ACC = Conditions(model="MXNet's 2-bit compression with its residual, on any model")
 # the experiments MXNet's FAQ cites for its 1 % (its reference [1]): Strom, Interspeech 2015, feed-forward
 # DNN acoustic models for speech recognition, fully-connected networks

@@ -73,8 +73,12 @@ class Here:
     def models(self) -> tuple[str, ...]:
         """The classes of the experiment's models (a replay's: the recorded model's); a workload of no
         known class (a user's own) is its own name."""
-        return tuple(dict.fromkeys(c for w in self.workloads for c in (replayed(w) or ((), ()))[0] or
-                                   (MODEL_CLASSES.get(w.split(":")[0], w.split(":")[0]),)))
+        classes = []
+        for w in self.workloads:
+            recorded = replayed(w)
+            name = w.split(":")[0]
+            classes += recorded[0] if recorded else [MODEL_CLASSES.get(name, name)]
+        return tuple(dict.fromkeys(classes))
 
     def describe(self) -> str:
         nodes = (f"{self.device.upper()} nodes" + (" replayed from traces (their compute, the network here)"
@@ -155,9 +159,12 @@ def _recorded_at(path: str, stamp) -> tuple[tuple[str, ...], tuple[str, ...], tu
     from .. import tracefile
     from ..spec import UserError
     if stamp is None:
-        return f"there is no {path}"
+        return f"there is no {path}, or it cannot be read"
     if os.path.isdir(path):
-        traces = [t for _, t in tracefile.in_dir(path)]
+        try:
+            traces = [t for _, t in tracefile.in_dir(path)]
+        except UserError as e:
+            return str(e)
         if not traces:
             return f"{path} holds no trace this gctestbed reads"
     else:
