@@ -116,7 +116,7 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, kept, workloa
     """DDP rebuilds its buckets after step 0 in the order gradients arrived there: a replay must hand
     them over in the recorded order, or models whose parameters are not one chain (norms, residuals,
     attention) are bucketed differently and send other messages."""
-    small = dict(nodes="2", bw="1gbit", steps="6", bucket_cap_mb="0.01")
+    small = dict(nodes="2", bw="1gbit", steps="12", bucket_cap_mb="0.01")
     path = str(tmp_path / "t.json")
     kept(**small, workload=workload, results_dir=str(tmp_path / "real"))     # both on the module's kept network
     _record(tmp_path / "real", path)
@@ -146,9 +146,10 @@ def test_a_replay_makes_ddp_rebuild_the_recorded_buckets(tmp_path, kept, workloa
     conn.close()
     assert (old["buffers"], old["broadcast_buffers"]) == (buffers, True)
     (_, real_sent), (_, sent) = _wire(tmp_path / "real"), _wire(tmp_path / "replay")
-    # the median of four measured steps: one step alone moved by up to 1 % in its ACKs and segments (CI, with
-    # flows steered by hash, docs/replay.md); the cnn without its buffers was 1.35 % short
-    assert abs(sent / real_sent - 1) < 0.005, (sent, real_sent)
+    # the median of ten measured steps: one step alone moves by up to 1 % in its ACKs and segments (CI, with
+    # flows steered by hash, docs/replay.md), and the medians of four steps a side read 0.7-0.8 % apart in 3 of 5
+    # tries here (30 November); the cnn without its buffers was 1.35 % short (planted again at 12 steps)
+    assert abs(sent / real_sent - 1) < 0.008, (sent, real_sent)
 
 
 @pytest.mark.root
