@@ -283,7 +283,9 @@ C_READING = ("the FAQ names neither a rate nor a latency: \"little benefit\" is 
              "\"makes it pay more\" as a speedup with 5 ms added at least as large as without (a quotient of exactly 1 "
              "agrees); the nodes' socket buffers may hold 4 x the path's bandwidth-delay product, as a tuned "
              "cluster's do, while TCP's window still grows over each transfer, so a larger transfer may pay more "
-             "of the latency; and no crossover in latency is reported: two latencies were run")
+             "of the latency; dilated, TCP's retransmission-timeout floor is not stretched, so a connection restarts "
+             "its window after idles a real cluster's would not, which lengthened the steps with latency at 25 Gbit/s "
+             "(docs/claims.md); and no crossover in latency is reported: two latencies were run")
 MXNET_ACC = Conditions(model="MXNet's 2-bit compression with its residual, on any model")
 # the experiments MXNet's FAQ cites for its 1 % (its reference [1]): Strom, Interspeech 2015, feed-forward
 # DNN acoustic models for speech recognition, fully-connected networks
