@@ -232,6 +232,9 @@ def test_a_figure_over_several_and_a_speedup_count_independent_runs_a_side(tmp_p
     from gctestbed.claims import figures
     parts = {"a": Measure(2.0, 1.5, 2.5, detail={"n": 1}), "b": Measure(3.0, 2.0, 4.0, detail={"n": 3})}
     assert figures.median_of(parts).detail["n"] == 1
+    # every composite by one rule (test_a_composite_figure_counts_the_runs_of_its_thinner_side): no n where a
+    # part does not say
+    assert "n" not in figures.median_of({**parts, "c": Measure(1.0, 0.9, 1.1)}).detail
     assert figures.share(parts, lambda s: s > 1).detail["n"] == 1
     for repeat in (0, 1):           # two repeats stored with one seed: one independent run a side
         ps_cell(tmp_path, "none", [0.2] * 8, repeat=repeat, seed=0)
@@ -651,6 +654,10 @@ def test_a_replay_of_gpu_traces_pushed_to_a_server_is_judged_in_mxnets_regime_on
     why = conditions.mismatches(catalog.MXNET_PS, gone, conditions.SPEED)
     assert len(why) == 1 and "cannot be read here" in why[0] and "CPUs" not in why[0], why
     assert f"there is no {tmp_path / 'gone'}" in why[0] and "cannot be read here" in gone.describe()
+    # a trace without where it was recorded: said so, not a KeyError (planted: the fields read unguarded)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"format": "gctestbed-trace", "version": 2, "job": {"workload": "mlp"}}))
+    assert "without its job's workload or where it was recorded" in conditions.unread(f"replay:trace={bare}")
     # a GPU trace whose replay runs some of the job's work on this CPU (the method for real) computed on both
     axes = {"bw": ["1gbit"], "latency": ["0"], "nodes": ["2"], "comm": ["ps"]}
     impure = conditions.here({**axes, "workload": ["replay:trace=@h200/evening,compute=sleep,codec=real"]}, "cpu")

@@ -215,10 +215,9 @@ def _kept_compression(methods: tuple[str, ...]) -> Figure:
             return Measure.missing(f"no method of {', '.join(methods)} keeps accuracy within {-KEEPS:g} point of none, "
                                    f"even at the top of its interval: the sweep does not reach a setting that keeps it")
         best = lambda keeps, end: max([1.0] + [getattr(b, end) for a, b in pairs if keeps(a)])
-        ns = [m.detail.get("n") for pair in pairs for m in pair]      # the fewest runs any figure read
         return Measure(best(lambda a: a.value >= KEEPS, "value"), best(lambda a: a.low >= KEEPS, "low"),
                        best(lambda a: a.high >= KEEPS, "high"),
-                       detail={**({"n": min(ns)} if all(isinstance(n, int) for n in ns) else {}),
+                       detail={**F.fewest_n([m for pair in pairs for m in pair]),     # the fewest runs any figure read
                                **{m: {"accuracy_pt": a.value, "accuracy_low": a.low, "accuracy_high": a.high,
                                       "ratio": b.value} for m, (a, b) in zip(methods, pairs)}})
     return figure

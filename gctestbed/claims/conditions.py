@@ -174,9 +174,12 @@ def _recorded_at(path: str, stamp) -> tuple[tuple[str, ...], tuple[str, ...], tu
             return str(e)
     classes, devices, methods = [], [], []
     for t in traces:
-        classes.append(MODEL_CLASSES.get(t["job"]["workload"], t["job"]["workload"]))
-        devices.append(t["recorded"].get("device", "cpu"))
-        methods.append(t["job"].get("compressor"))
+        job, recorded = t.get("job"), t.get("recorded")
+        if not isinstance(job, dict) or "workload" not in job or not isinstance(recorded, dict):
+            return f"{path} holds a trace without its job's workload or where it was recorded"
+        classes.append(MODEL_CLASSES.get(job["workload"], job["workload"]))
+        devices.append(recorded.get("device", "cpu"))
+        methods.append(job.get("compressor"))
     return tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(devices)), tuple(m for m in dict.fromkeys(methods) if m)
 
 

@@ -114,7 +114,7 @@ def ratio_of(a: Measure, b: Measure, label: str = "") -> Measure:
     if a.value is None or b.value is None:
         return Measure.missing(a.why or b.why)
     return Measure(a.value / b.value, _over(a.low, b.high), _over(a.high, b.low),
-                   detail={"numerator": a.detail, "denominator": b.detail, **_fewer(a, b)})
+                   detail={"numerator": a.detail, "denominator": b.detail, **fewest_n([a, b])})
 
 
 def _over(x: float, y: float) -> float:
@@ -128,13 +128,7 @@ def difference(a: Measure, b: Measure) -> Measure:
     if a.value is None or b.value is None:
         return Measure.missing(a.why or b.why)
     return Measure(a.value - b.value, a.low - b.high, a.high - b.low,
-                   detail={"minuend": a.detail, "subtrahend": b.detail, **_fewer(a, b)})
-
-
-def _fewer(a: Measure, b: Measure) -> dict:
-    """A composite's n: the fewer runs of its two figures' (none where either does not say)."""
-    ns = [m.detail.get("n") for m in (a, b)]
-    return {"n": min(ns)} if all(isinstance(n, int) for n in ns) else {}
+                   detail={"minuend": a.detail, "subtrahend": b.detail, **fewest_n([a, b])})
 
 
 def accuracy_delta(rows: list[Row], method: str, baseline: str, **where) -> Measure:
@@ -232,7 +226,7 @@ def crossover(rows: list[Row], method: str, baseline: str, **where) -> Measure:
     high = max(found + [at]) if len(found) == 2 else rates[-1]
     return Measure(at, low, high, detail={"method": method, "rates": rates,
                                           "speedups": [x.value for _, x in points], **where,
-                                          **_least_n([x for _, x in points])})
+                                          **fewest_n([x for _, x in points])})
 
 
 def time_to_accuracy(rows: list[Row], method: str, baseline: str, **where) -> Measure:
@@ -325,7 +319,7 @@ def share(measures: dict[str, Measure], holds: Callable[[float], bool]) -> Measu
     maybe = sum(holds(m.low) or holds(m.high) or holds(m.value) for m in known.values())
     return Measure(sum(holds(m.value) for m in known.values()) / n, surely / n, maybe / n,
                    detail={k: {"value": m.value, "low": m.low, "high": m.high, **m.detail} for k, m in known.items()}
-                   | _least_n(known.values()))
+                   | fewest_n(known.values()))
 
 
 def median_of(measures: dict[str, Measure]) -> Measure:
@@ -335,14 +329,16 @@ def median_of(measures: dict[str, Measure]) -> Measure:
     return Measure(statistics.median(m.value for m in known), statistics.median(m.low for m in known),
                    statistics.median(m.high for m in known),
                    detail={k: {"value": m.value, "low": m.low, "high": m.high} for k, m in measures.items()}
-                   | _least_n(known))
+                   | fewest_n(known))
 
 
-def _least_n(measures) -> dict:
-    """A figure over several: the fewest independent runs a side any of them that says rests on (its
-    ``n``), so the judge's repeats test (judge.unpaired) sees it."""
-    ns = [n for m in measures if isinstance(n := m.detail.get("n"), int)]
-    return {"n": min(ns)} if ns else {}
+def fewest_n(measures) -> dict:
+    """A figure made of several (a quotient, a difference, a median, a share, a crossover): the fewest
+    independent runs a side any of them rests on (its ``n``), so the judge's repeats test
+    (judge.unpaired) sees it; none where one of them does not say (the page's n column shows no n it
+    cannot stand behind). The one rule for every composite."""
+    ns = [m.detail.get("n") for m in measures]
+    return {"n": min(ns)} if ns and all(isinstance(n, int) for n in ns) else {}
 
 
 def coding_share(rows: list[Row], method: str, **where) -> Measure:
