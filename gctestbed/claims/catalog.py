@@ -61,6 +61,12 @@ class Part:
         if not self.needs:
             self.needs = ACCURACY if self.unit == "pt" else SPEED
 
+    @property
+    def times(self) -> bool:
+        """Whether the figure reads step times (it depends on the device), where the host's pacing and
+        the runs' repeats count."""
+        return "device" in self.needs
+
 
 @dataclass
 class Claim:

@@ -97,19 +97,19 @@ def judge(claim: Claim, quick: bool, results_dir: str, repeat: int | None = None
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": OUT_OF_SCOPE,
                           "why": "out of scope here, because " + "; ".join(outside), "detail": {}})
             continue
-        if not _can_compare(exp, quick, baseline) and "device" in part.needs:
+        if not _can_compare(exp, quick, baseline) and part.times:
             parts.append({**entry, "value": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
                           "why": f"{part.experiment} replays traces and holds none of {baseline} to compare against",
                           "detail": {}})
             continue
         left_out = ""
-        if "device" in part.needs:      # a speed: repeats the host paced are its figures, not the emulated cluster's
+        if part.times:      # a speed: repeats the host paced are its figures, not the emulated cluster's
             rows, left_out = unpaced(rows)
         m = part.figure(rows, ctx)
         if left_out:
             m = dataclasses.replace(m, why=(m.why + "; " if m.why else "") + left_out)
         verdict, why = part.region.judge(m), m.why
-        if "device" in part.needs and verdict in (AGREE, DISAGREE):
+        if part.times and verdict in (AGREE, DISAGREE):
             verdict, why = unpaired(m, (repeat or exp.setup(quick).repeat), verdict, why)
         if m.value is None:
             why += read.note(name)
